@@ -1,0 +1,5 @@
+import sys
+
+from vfleet.cli import main
+
+sys.exit(main())

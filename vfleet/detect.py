@@ -1,0 +1,182 @@
+"""Detect this host's GPUs (amd-smi, rocm-smi, nvidia-smi) and pick the profile that fits it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from vfleet.errors import SelectError
+from vfleet.profiles import Catalog, Platform, Profile
+
+Runner = Callable[[list[str]], str | None]
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    vendor: str  # amd, nvidia or cpu
+    arch: str  # gfx950, sm_100, sm_90, or the CPU machine name
+    names: list[str] = field(default_factory=list)
+    source: str = "none"
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+    def describe(self) -> str:
+        if not self.names:
+            return f"no GPU found (vendor {self.vendor}, arch {self.arch}, via {self.source})"
+        kinds = sorted(set(self.names))
+        return f"{self.count} x {', '.join(kinds)} (vendor {self.vendor}, arch {self.arch}, via {self.source})"
+
+
+def run_tool(argv: list[str]) -> str | None:
+    """Run a detection tool; None when it is absent or fails."""
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def parse_nvidia_smi(text: str) -> HostInfo | None:
+    """Parse `nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader`."""
+    names: list[str] = []
+    caps: set[str] = set()
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.rsplit(",", 1)]
+        if len(parts) != 2 or not re.fullmatch(r"\d+\.\d+", parts[1]):
+            continue
+        names.append(parts[0])
+        major, minor = parts[1].split(".")
+        caps.add(f"sm_{major}{minor}")
+    if not names:
+        return None
+    return HostInfo("nvidia", ",".join(sorted(caps)), names, "nvidia-smi")
+
+
+def parse_amd_smi(text: str) -> HostInfo | None:
+    """Parse `amd-smi static --asic --json` (a list of GPUs, or {"gpu_data": [...]} in newer releases)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(data, dict):
+        data = data.get("gpu_data", [])
+    if not isinstance(data, list):
+        return None
+    names: list[str] = []
+    archs: set[str] = set()
+    for gpu in data:
+        asic = gpu.get("asic", {}) if isinstance(gpu, dict) else {}
+        if not isinstance(asic, dict):
+            continue
+        name = str(asic.get("market_name", "")).strip()
+        arch = str(asic.get("target_graphics_version", "")).strip()
+        if name:
+            names.append(name)
+        if arch:
+            archs.add(arch)
+    if not names:
+        return None
+    return HostInfo("amd", ",".join(sorted(archs)) or "unknown", names, "amd-smi")
+
+
+def parse_rocm_smi(text: str) -> HostInfo | None:
+    """Parse `rocm-smi --showproductname --json` ({"card0": {"Card Series": ..., "GFX Version": ...}})."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    names: list[str] = []
+    archs: set[str] = set()
+    for key, card in sorted(data.items()):
+        if not key.startswith("card") or not isinstance(card, dict):
+            continue
+        name = str(card.get("Card Series") or card.get("Card series") or card.get("Card Model") or "").strip()
+        arch = str(card.get("GFX Version", "")).strip()
+        if name:
+            names.append(name)
+        if arch:
+            archs.add(arch)
+    if not names:
+        return None
+    return HostInfo("amd", ",".join(sorted(archs)) or "unknown", names, "rocm-smi")
+
+
+def detect_host(runner: Runner = run_tool) -> HostInfo:
+    """Ask amd-smi, then rocm-smi, then nvidia-smi. A host with none of them is a CPU host."""
+    probes: list[tuple[list[str], Callable[[str], HostInfo | None]]] = [
+        (["amd-smi", "static", "--asic", "--json"], parse_amd_smi),
+        (["rocm-smi", "--showproductname", "--json"], parse_rocm_smi),
+        (["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"], parse_nvidia_smi),
+    ]
+    for argv, parse in probes:
+        out = runner(argv)
+        if out:
+            info = parse(out)
+            if info is not None:
+                return info
+    return HostInfo("cpu", os.uname().machine, [], "amd-smi, rocm-smi, nvidia-smi: none found")
+
+
+def platform_matches(platform: Platform, host: HostInfo) -> bool:
+    if platform.vendor != host.vendor:
+        return False
+    if host.vendor == "cpu":
+        return platform.gpus == 0
+    if platform.arch != host.arch:
+        return False
+    wanted = [n.lower() for n in platform.detect.names]
+    return all(any(w in name.lower() for w in wanted) for name in host.names)
+
+
+def select(catalog: Catalog, model: str, host: HostInfo | None = None, env: dict[str, str] | None = None) -> Profile:
+    """The profile of ``model`` for this host. VFLEET_PROFILE or VFLEET_PLATFORM in ``env`` override detection."""
+    env = dict(os.environ) if env is None else env
+    forced = env.get("VFLEET_PROFILE")
+    if forced:
+        profile = catalog.load(forced)
+        if model and profile.model != model:
+            raise SelectError(
+                f"VFLEET_PROFILE={forced} is for model {profile.model}, not {model}; unset one of them"
+            )
+        return profile
+    if not model:
+        raise SelectError("no model given: pass --model MODEL or set VFLEET_PROFILE=MODEL/PLATFORM")
+    forced_platform = env.get("VFLEET_PLATFORM")
+    if forced_platform:
+        return catalog.load(f"{model}/{forced_platform}")
+    host = detect_host() if host is None else host
+    candidates = [p for p in catalog.profile_names() if p.startswith(f"{model}/")]
+    if not candidates:
+        raise SelectError(f"unknown model {model!r}; known: {', '.join(catalog.model_names())}")
+    fitting = []
+    for name in candidates:
+        profile = catalog.load(name)
+        if platform_matches(profile.platform, host):
+            fitting.append(profile)
+    if not fitting:
+        plats = ", ".join(n.split("/")[1] for n in candidates)
+        raise SelectError(
+            f"no {model} profile fits this host: detected {host.describe()}; {model} has profiles for "
+            f"{plats}. Set VFLEET_PLATFORM=<platform> or VFLEET_PROFILE=<model>/<platform> to choose one."
+        )
+    profile = fitting[0]
+    need = profile.gpus_needed()
+    if need > host.count:
+        raise SelectError(
+            f"profile {profile.name} needs {need} GPUs but this host has {host.count}: detected "
+            f"{host.describe()}. Run it on a full node, or set VFLEET_PROFILE to a smaller profile."
+        )
+    return profile

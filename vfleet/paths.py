@@ -1,0 +1,37 @@
+"""Where vfleet finds its data: a checkout, or the copy baked into an image."""
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from vfleet import PACKAGE_DIR
+from vfleet.errors import VfleetError
+
+
+def home() -> Path:
+    """The directory that holds serve_configs/, patches/ and versions.json.
+
+    VFLEET_HOME wins (images set it to /opt/vfleet); otherwise the checkout this package lives in.
+    """
+    env = os.environ.get("VFLEET_HOME")
+    root = Path(env) if env else PACKAGE_DIR.parent
+    if not (root / "serve_configs").is_dir():
+        raise VfleetError(
+            f"no serve_configs/ under {root}: set VFLEET_HOME to the vfleet checkout or image data directory"
+        )
+    return root
+
+
+def serve_configs_dir() -> Path:
+    override = os.environ.get("VFLEET_SERVE_CONFIGS")
+    return Path(override) if override else home() / "serve_configs"
+
+
+def versions() -> dict[str, Any]:
+    path = home() / "versions.json"
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise VfleetError(f"{path}: cannot read the pin file ({exc}); restore it from git") from exc
+    return data

@@ -1,0 +1,364 @@
+"""Serve profiles: one model on one platform, layered from files that each hold a fact once.
+
+Layout of serve_configs/ (every file is YAML):
+
+    platforms/<platform>.yaml          the hardware: vendor, arch, GPU count, container runtime needs
+    models/<model>/model.yaml          model defaults: vLLM args, env, verify expectations, platforms
+    models/<model>/<family>.yaml       optional: overrides for every platform of a family (rocm, cuda, cpu)
+    models/<model>/<platform>.yaml     optional: overrides for one platform
+
+Later layers win. In ``vllm``, ``env`` and ``verify`` a mapping merges key by key and ``null`` removes
+a key set by an earlier layer. The ``vllm`` section is vLLM's own ``--config`` YAML: dash keys, ``true``
+for ``--key``, ``false`` for ``--no-key``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from vfleet.errors import ProfileError
+from vfleet.paths import serve_configs_dir
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
+ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+# vLLM --config keys: dash or underscore words, or a dotted sub-key such as compilation-config.x.
+VLLM_KEY_RE = re.compile(r"^[a-z][a-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*$")
+
+Family = Literal["rocm", "cuda", "cpu"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DetectSpec(Strict):
+    """How `vfleet select` recognises a platform from amd-smi / rocm-smi / nvidia-smi output."""
+
+    names: list[str] = Field(default_factory=list, description="substrings of the GPU product name")
+
+
+class RuntimeSpec(Strict):
+    """What `docker run` needs to give the container the platform's devices."""
+
+    devices: list[str] = Field(default_factory=list)
+    group_add: list[str] = Field(default_factory=list)
+    gpus: str | None = None
+    ipc: Literal["host", "private", "shareable"] | None = None
+    shm_size: str | None = None
+    min_shm_bytes: int = 0
+
+    @field_validator("shm_size")
+    @classmethod
+    def _shm(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"\d+[bkmg]?", v):
+            raise ValueError(f"shm_size {v!r} is not a docker size such as 16g")
+        return v
+
+
+class Platform(Strict):
+    platform: str
+    vendor: Literal["amd", "nvidia", "cpu"]
+    family: Family
+    arch: str
+    gpus: int = Field(ge=0)
+    description: str = ""
+    detect: DetectSpec = DetectSpec()
+    runtime: RuntimeSpec = RuntimeSpec()
+
+
+class Probe(Strict):
+    """A wide-margin prompt whose greedy answer must contain ``expect``."""
+
+    prompt: str = Field(min_length=1)
+    expect: str = Field(min_length=1)
+    max_tokens: int = Field(default=32, ge=1)
+
+
+class LoadSpec(Strict):
+    levels: list[int] = Field(default_factory=lambda: [1, 32])
+    output_tokens: int = Field(default=32, ge=1)
+    prompt_tokens: int = Field(default=64, ge=1)
+    requests_per_level: int | None = Field(default=None, ge=1)
+    min_output_tok_per_s: dict[int, float] = Field(default_factory=dict)
+    baseline: str | None = None
+    max_regression: float = Field(default=0.2, ge=0.0, le=1.0)
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, v: list[int]) -> list[int]:
+        if not v or any(c < 1 for c in v):
+            raise ValueError("levels must be a non-empty list of concurrencies >= 1")
+        return v
+
+
+class IntegritySpec(Strict):
+    """The seed-003 prefix-cache integrity probe."""
+
+    enabled: bool = True
+    prompt_blocks: int = Field(default=4, ge=1, description="cached prompt length in KV blocks")
+    questions: int = Field(default=3, ge=1)
+    answer_tokens: int = Field(default=16, ge=1)
+    pool_cycles: float = Field(default=1.5, gt=0, description="filler tokens / pool tokens")
+    max_fillers: int = Field(default=400, ge=1)
+
+
+class Verify(Strict):
+    """What a healthy server of this profile looks like (used by boot-verify)."""
+
+    max_model_len: int = Field(ge=1)
+    min_kv_tokens: int = Field(ge=1)
+    graph_mode: bool
+    attention_backend: str | None = None
+    probes: list[Probe] = Field(default_factory=list)
+    prefix_cache: bool = True
+    integrity: IntegritySpec = IntegritySpec()
+    load: LoadSpec = LoadSpec()
+    gpu_health: bool = True
+
+
+class Waiver(Strict):
+    rule: str
+    reason: str = Field(min_length=10)
+
+
+class Layer(Strict):
+    """One file of serve_configs/models/<model>/."""
+
+    model: str | None = None
+    description: str | None = None
+    platforms: list[str] | None = None
+    production: bool | None = None
+    vllm: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    verify: dict[str, Any] = Field(default_factory=dict)
+    waivers: list[Waiver] = Field(default_factory=list)
+
+    @field_validator("vllm")
+    @classmethod
+    def _vllm_keys(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key in v:
+            if not isinstance(key, str) or not VLLM_KEY_RE.match(key):
+                raise ValueError(f"vllm key {key!r} is not a vLLM option name (use dash-case, e.g. max-model-len)")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_keys(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key in v:
+            if not isinstance(key, str) or not ENV_NAME_RE.match(key):
+                raise ValueError(f"env name {key!r} is not an environment variable name (A-Z, 0-9, _)")
+        return v
+
+
+def _env_str(value: str | int | float | bool) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+class Profile(Strict):
+    """A resolved profile: every layer merged, validated, ready to render."""
+
+    name: str
+    model: str
+    platform: Platform
+    description: str = ""
+    production: bool = True
+    vllm: dict[str, Any]
+    env: dict[str, str]
+    verify: Verify
+    waivers: list[Waiver] = Field(default_factory=list)
+    sources: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _has_model(self) -> Profile:
+        if "model" not in self.vllm:
+            raise ValueError("vllm.model (the model path inside the container) is not set by any layer")
+        return self
+
+    @property
+    def family(self) -> Family:
+        return self.platform.family
+
+    def gpus_needed(self) -> int:
+        n = 1
+        for key in ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size"):
+            value = self.vllm.get(key, 1)
+            n *= int(value) if isinstance(value, int) else 1
+        return n if self.platform.gpus else 0
+
+    def served_model_name(self) -> str:
+        name = self.vllm.get("served-model-name")
+        if isinstance(name, list) and name:
+            return str(name[0])
+        if isinstance(name, str):
+            return name
+        return str(self.vllm["model"])
+
+    def port(self) -> int:
+        value = self.vllm.get("port", 8000)
+        return int(value)
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read ({exc.strerror})") from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ProfileError(f"{path}:{where}: not valid YAML: {problem}") from exc
+
+
+def _format_validation(path: Path, exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key; remove it or fix its spelling"
+        value = err.get("input")
+        shown = "" if isinstance(value, dict | list) or value is None else f" (got {value!r})"
+        parts.append(f"{path}: {loc}: {msg}{shown}")
+    return "\n".join(parts)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+class Catalog:
+    """All platforms and models under one serve_configs/ directory."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root if root is not None else serve_configs_dir()
+        if not (self.root / "platforms").is_dir() or not (self.root / "models").is_dir():
+            raise ProfileError(
+                f"{self.root}: not a serve_configs directory (needs platforms/ and models/); "
+                "point VFLEET_SERVE_CONFIGS or VFLEET_HOME at the vfleet checkout"
+            )
+
+    # -- platforms ---------------------------------------------------------------------------
+    def platform_names(self) -> list[str]:
+        return sorted(p.stem for p in (self.root / "platforms").glob("*.yaml"))
+
+    def platform(self, name: str) -> Platform:
+        path = self.root / "platforms" / f"{name}.yaml"
+        if not path.is_file():
+            raise ProfileError(f"unknown platform {name!r}; known: {', '.join(self.platform_names())}")
+        data = _read_yaml(path)
+        if not isinstance(data, dict):
+            raise ProfileError(f"{path}: expected a mapping of platform facts, got {type(data).__name__}")
+        try:
+            plat = Platform.model_validate(data)
+        except ValidationError as exc:
+            raise ProfileError(_format_validation(path, exc)) from None
+        if plat.platform != name:
+            raise ProfileError(f"{path}: platform: {plat.platform!r} does not match the file name {name!r}")
+        return plat
+
+    # -- models ------------------------------------------------------------------------------
+    def model_names(self) -> list[str]:
+        return sorted(p.name for p in (self.root / "models").iterdir() if (p / "model.yaml").is_file())
+
+    def _layer(self, path: Path) -> Layer:
+        data = _read_yaml(path)
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ProfileError(f"{path}: expected a mapping with vllm/env/verify sections, got {type(data).__name__}")
+        try:
+            return Layer.model_validate(data)
+        except ValidationError as exc:
+            raise ProfileError(_format_validation(path, exc)) from None
+
+    def _model_layer(self, model: str) -> Layer:
+        path = self.root / "models" / model / "model.yaml"
+        if not path.is_file():
+            raise ProfileError(f"unknown model {model!r}; known: {', '.join(self.model_names())}")
+        layer = self._layer(path)
+        if layer.model != model:
+            raise ProfileError(f"{path}: model: {layer.model!r} does not match the directory name {model!r}")
+        if not layer.platforms:
+            raise ProfileError(f"{path}: platforms: list the platforms this model is served on")
+        return layer
+
+    def profile_names(self) -> list[str]:
+        names = []
+        for model in self.model_names():
+            layer = self._model_layer(model)
+            names.extend(f"{model}/{plat}" for plat in layer.platforms or [])
+        return names
+
+    def load(self, name: str) -> Profile:
+        if name.count("/") != 1:
+            raise ProfileError(f"profile {name!r}: write it as MODEL/PLATFORM, e.g. glm-5.3-flash/mi355x")
+        model, plat_name = name.split("/")
+        base = self._model_layer(model)
+        if plat_name not in (base.platforms or []):
+            raise ProfileError(
+                f"profile {name!r}: model {model} is not served on {plat_name!r}; "
+                f"its platforms are {', '.join(base.platforms or [])}"
+            )
+        platform = self.platform(plat_name)
+        mdir = self.root / "models" / model
+        layers: list[tuple[Path, Layer]] = [(mdir / "model.yaml", base)]
+        for extra in (mdir / f"{platform.family}.yaml", mdir / f"{plat_name}.yaml"):
+            if extra.is_file():
+                layer = self._layer(extra)
+                for field in ("model", "platforms"):
+                    if getattr(layer, field) is not None:
+                        raise ProfileError(f"{extra}: {field}: only model.yaml may set it")
+                layers.append((extra, layer))
+
+        vllm: dict[str, Any] = {}
+        env: dict[str, Any] = {}
+        verify: dict[str, Any] = {}
+        waivers: list[Waiver] = []
+        production = True
+        description = ""
+        for _, layer in layers:
+            vllm = _merge(vllm, layer.vllm)
+            env = _merge(env, layer.env)
+            verify = _merge(verify, layer.verify)
+            waivers.extend(layer.waivers)
+            if layer.production is not None:
+                production = layer.production
+            if layer.description:
+                description = layer.description
+        sources = [str(p.relative_to(self.root)) for p, _ in layers] + [f"platforms/{plat_name}.yaml"]
+        try:
+            return Profile(
+                name=name,
+                model=model,
+                platform=platform,
+                description=description,
+                production=production,
+                vllm=vllm,
+                env={k: _env_str(v) for k, v in env.items()},
+                verify=Verify.model_validate(verify),
+                waivers=waivers,
+                sources=sources,
+            )
+        except ValidationError as exc:
+            raise ProfileError(_format_validation(Path(f"{name} (merged from {', '.join(sources)})"), exc)) from None
+
+    def load_all(self) -> list[Profile]:
+        return [self.load(n) for n in self.profile_names()]

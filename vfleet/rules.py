@@ -1,0 +1,222 @@
+"""Encoded deployment constraints, checked on every render.
+
+Each rule carries the reason it exists and where that reason comes from. A profile may waive a rule
+only with an explicit ``waivers:`` entry that gives its own reason; the waiver is printed by render.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from vfleet.errors import ProfileError
+from vfleet.profiles import Profile
+
+
+@dataclass(frozen=True)
+class Finding:
+    key: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    reason: str
+    source: str
+    fix: str
+    check: Callable[[Profile], Iterator[Finding]]
+
+
+@dataclass(frozen=True)
+class Violation:
+    profile: str
+    rule: Rule
+    finding: Finding
+
+    def __str__(self) -> str:
+        r = self.rule
+        return (
+            f"{self.profile}: rule {r.id}: {self.finding.key}: {self.finding.detail}. "
+            f"Why: {r.reason} (source: {r.source}). Fix: {r.fix}"
+        )
+
+
+GLM = "glm-5.3-flash"
+KIMI = "kimi-k3"
+
+
+def _is_true(value: Any) -> bool:
+    return value is True or (isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"))
+
+
+def _cudagraph_mode(p: Profile) -> str | None:
+    cc = p.vllm.get("compilation-config")
+    if isinstance(cc, dict) and "cudagraph_mode" in cc:
+        return str(cc["cudagraph_mode"]).upper()
+    dotted = p.vllm.get("compilation-config.cudagraph_mode")
+    return str(dotted).upper() if dotted is not None else None
+
+
+def _no_enforce_eager(p: Profile) -> Iterator[Finding]:
+    if _is_true(p.vllm.get("enforce-eager")):
+        yield Finding("vllm.enforce-eager", "is true, which disables CUDA/HIP graphs")
+    if _cudagraph_mode(p) == "NONE":
+        yield Finding("vllm.compilation-config.cudagraph_mode", "is NONE, which disables CUDA/HIP graphs")
+
+
+def _glm_gfx950(p: Profile) -> Iterator[Finding]:
+    if p.model != GLM or p.platform.arch != "gfx950":
+        return
+    if p.env.get("VLLM_ROCM_USE_AITER") != "1":
+        yield Finding("env.VLLM_ROCM_USE_AITER", f"is {p.env.get('VLLM_ROCM_USE_AITER')!r}, must be '1'")
+    if p.env.get("VLLM_ROCM_USE_AITER_MOE") != "0":
+        yield Finding("env.VLLM_ROCM_USE_AITER_MOE", f"is {p.env.get('VLLM_ROCM_USE_AITER_MOE')!r}, must be '0'")
+    if p.vllm.get("kv-cache-dtype") != "bfloat16":
+        yield Finding("vllm.kv-cache-dtype", f"is {p.vllm.get('kv-cache-dtype')!r}, must be 'bfloat16'")
+
+
+def _glm_rocm_max_num_seqs(p: Profile) -> Iterator[Finding]:
+    if p.model != GLM or p.platform.family != "rocm":
+        return
+    value = p.vllm.get("max-num-seqs")
+    if not isinstance(value, int) or value > 512:
+        yield Finding("vllm.max-num-seqs", f"is {value!r}, must be set and at most 512")
+
+
+def _glm_hopper_bf16_kv(p: Profile) -> Iterator[Finding]:
+    if p.model != GLM or p.platform.arch != "sm_90":
+        return
+    if p.vllm.get("kv-cache-dtype") != "bfloat16":
+        yield Finding("vllm.kv-cache-dtype", f"is {p.vllm.get('kv-cache-dtype')!r}, must be 'bfloat16'")
+
+
+def _kimi_rocm_breakable(p: Profile) -> Iterator[Finding]:
+    if p.model != KIMI or p.platform.family != "rocm":
+        return
+    if p.env.get("VLLM_USE_BREAKABLE_CUDAGRAPH") != "0":
+        yield Finding(
+            "env.VLLM_USE_BREAKABLE_CUDAGRAPH", f"is {p.env.get('VLLM_USE_BREAKABLE_CUDAGRAPH')!r}, must be '0'"
+        )
+
+
+def _tp_fits(p: Profile) -> Iterator[Finding]:
+    need = 1
+    for key in ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size"):
+        value = p.vllm.get(key, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            yield Finding(f"vllm.{key}", f"is {value!r}, must be a positive integer")
+            return
+        need *= value
+    have = p.platform.gpus
+    if have == 0 and need > 1:
+        yield Finding("vllm.tensor-parallel-size", f"asks for {need} ranks on a platform without GPUs")
+    elif have and need > have:
+        yield Finding(
+            "vllm.tensor-parallel-size",
+            f"tensor x pipeline x data parallel = {need} GPUs, platform {p.platform.platform} has {have}",
+        )
+
+
+def _no_underscore_false(p: Profile) -> Iterator[Finding]:
+    for key, value in p.vllm.items():
+        if "_" in key.split(".")[0] and value is False:
+            yield Finding(f"vllm.{key}", "is an underscore key set to false, which vLLM silently drops")
+
+
+RULES: list[Rule] = [
+    Rule(
+        id="no-enforce-eager",
+        reason="eager mode costs 3.3x decode throughput (5.0x at one request)",
+        source="seed 000 MI350X table; shared/fixtures/h200-vllm-0.26.0 README",
+        fix="remove enforce-eager and any cudagraph_mode NONE; graph mode is the default",
+        check=_no_enforce_eager,
+    ),
+    Rule(
+        id="glm-gfx950-aiter-bf16-kv",
+        reason=(
+            "GLM-5.3-Flash FP8 on gfx950 needs AITER on (its ROCm paths raise otherwise), AITER fused MoE off "
+            "(faults on the 288-expert/top-8 shape) and BF16 KV (fp8 KV falls into a faulting asm decode kernel)"
+        ),
+        source="seed 000 review; REFERENCE section 1 and 3; ROCm/aiter#5049",
+        fix="set env VLLM_ROCM_USE_AITER: '1', VLLM_ROCM_USE_AITER_MOE: '0' and vllm kv-cache-dtype: bfloat16",
+        check=_glm_gfx950,
+    ),
+    Rule(
+        id="glm-rocm-max-num-seqs",
+        reason="ROCm GLM-5.3 aborts graph capture at max-num-seqs 1024 (Mamba cache blocks)",
+        source="REFERENCE section 3, ROCm recipes",
+        fix="set vllm max-num-seqs to 512 or less",
+        check=_glm_rocm_max_num_seqs,
+    ),
+    Rule(
+        id="glm-hopper-bf16-kv",
+        reason="Hopper (H100/H200) runs GLM-5.3-Flash with BF16 KV only",
+        source="REFERENCE section 3",
+        fix="set vllm kv-cache-dtype: bfloat16",
+        check=_glm_hopper_bf16_kv,
+    ),
+    Rule(
+        id="kimi-rocm-breakable-cudagraph",
+        reason="Kimi-K3 on ROCm requires breakable CUDA graphs off",
+        source="REFERENCE section 3; seed 002",
+        fix="set env VLLM_USE_BREAKABLE_CUDAGRAPH: '0'",
+        check=_kimi_rocm_breakable,
+    ),
+    Rule(
+        id="parallel-fits-platform",
+        reason="a parallel size larger than the node's GPU count fails at start-up, after the image pull",
+        source="vLLM parallel config",
+        fix="lower tensor-parallel-size (x pipeline/data parallel) to the platform's GPU count",
+        check=_tp_fits,
+    ),
+    Rule(
+        id="no-underscore-false",
+        reason="vLLM's --config loader turns `a_b: false` into nothing: the setting is silently dropped",
+        source="REFERENCE section 3",
+        fix="write the key with dashes (enable-prefix-caching: false renders --no-enable-prefix-caching)",
+        check=_no_underscore_false,
+    ),
+]
+
+RULES_BY_ID = {r.id: r for r in RULES}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    profile: Profile
+    violations: list[Violation]
+    waived: list[Violation]
+
+
+def evaluate(profile: Profile) -> CheckResult:
+    """Run every rule; split findings into violations and waived ones."""
+    waived_ids = {}
+    for w in profile.waivers:
+        if w.rule not in RULES_BY_ID:
+            raise ProfileError(
+                f"{profile.name}: waivers: unknown rule {w.rule!r}; known rules: {', '.join(RULES_BY_ID)}"
+            )
+        waived_ids[w.rule] = w
+    violations: list[Violation] = []
+    waived: list[Violation] = []
+    for rule in RULES:
+        for finding in rule.check(profile):
+            v = Violation(profile.name, rule, finding)
+            (waived if rule.id in waived_ids else violations).append(v)
+    used = {v.rule.id for v in waived}
+    for rule_id in waived_ids:
+        if rule_id not in used:
+            raise ProfileError(
+                f"{profile.name}: waivers: rule {rule_id!r} is waived but not broken; remove the stale waiver"
+            )
+    return CheckResult(profile, violations, waived)
+
+
+def enforce(profile: Profile) -> CheckResult:
+    """Evaluate and raise one error listing every violation."""
+    result = evaluate(profile)
+    if result.violations:
+        raise ProfileError("\n".join(str(v) for v in result.violations))
+    return result
