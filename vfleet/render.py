@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from vfleet import __version__

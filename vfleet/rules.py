@@ -97,7 +97,8 @@ def _kimi_rocm_breakable(p: Profile) -> Iterator[Finding]:
         return
     if p.env.get("VLLM_USE_BREAKABLE_CUDAGRAPH") != "0":
         yield Finding(
-            "env.VLLM_USE_BREAKABLE_CUDAGRAPH", f"is {p.env.get('VLLM_USE_BREAKABLE_CUDAGRAPH')!r}, must be '0'"
+            "env.VLLM_USE_BREAKABLE_CUDAGRAPH",
+            f"is {p.env.get('VLLM_USE_BREAKABLE_CUDAGRAPH')!r}, must be '0'",
         )
 
 

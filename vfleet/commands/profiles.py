@@ -35,5 +35,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'PROFILE':<26} {'MODEL':<15} {'PLATFORM':<9} {'ARCH':<8} {'GPUS':>4}  IMAGE")
     for r in rows:
         note = "" if r["production"] else "  (not production)"
-        print(f"{r['profile']:<26} {r['model']:<15} {r['platform']:<9} {r['arch']:<8} {r['gpus']:>4}  {r['family']}{note}")
+        print(
+            f"{r['profile']:<26} {r['model']:<15} {r['platform']:<9} {r['arch']:<8} {r['gpus']:>4}  {r['family']}{note}"
+        )
     return 0

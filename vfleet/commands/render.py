@@ -23,8 +23,11 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     p.add_argument("--image", help="image reference (default: the pinned vfleet image of the platform family)")
     p.add_argument("--model-dir", default="/srv/models", help="host directory with the model weights")
     p.add_argument("--host-port", type=int, default=8000, help="host port to publish")
-    p.add_argument("--env-file", default="/etc/vfleet/secrets.env",
-                   help="env file with HF_TOKEN and VLLM_API_KEY on the node ('' for none)")
+    p.add_argument(
+        "--env-file",
+        default="/etc/vfleet/secrets.env",
+        help="env file with HF_TOKEN and VLLM_API_KEY on the node ('' for none)",
+    )
     p.add_argument("--cache-volume", default="vfleet-cache", help="volume for compile caches ('' for none)")
     p.add_argument("--name", help="container name (default: vfleet-MODEL-PLATFORM)")
     p.add_argument("--write-config", type=Path, metavar="FILE", help="also write the vLLM --config file here")

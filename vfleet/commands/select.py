@@ -25,8 +25,19 @@ def run(args: argparse.Namespace) -> int:
     host = detect_host()
     profile = select(Catalog(), args.model, host=host)
     if args.json:
-        print(json.dumps({"profile": profile.name, "host": {"vendor": host.vendor, "arch": host.arch,
-                                                            "gpus": host.names, "source": host.source}}))
+        print(
+            json.dumps(
+                {
+                    "profile": profile.name,
+                    "host": {
+                        "vendor": host.vendor,
+                        "arch": host.arch,
+                        "gpus": host.names,
+                        "source": host.source,
+                    },
+                }
+            )
+        )
     else:
         print(f"detected: {host.describe()}", file=sys.stderr)
         print(profile.name)

@@ -1,0 +1,180 @@
+"""The profile loader: layering, clear errors for malformed input, and fuzzing (never a traceback)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import REPO, ConfigTree
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vfleet.cli import main
+from vfleet.errors import ProfileError
+from vfleet.profiles import Catalog
+from vfleet.rules import evaluate
+
+
+def test_layers_merge_in_order() -> None:
+    cat = Catalog()
+    h200 = cat.load("glm-5.3-flash/h200")
+    assert h200.sources == [
+        "models/glm-5.3-flash/model.yaml",
+        "models/glm-5.3-flash/cuda.yaml",
+        "models/glm-5.3-flash/h200.yaml",
+        "platforms/h200.yaml",
+    ]
+    assert h200.vllm["kv-cache-dtype"] == "bfloat16"  # h200.yaml beats cuda.yaml
+    assert cat.load("glm-5.3-flash/b200").vllm["kv-cache-dtype"] == "fp8"
+    assert cat.load("glm-5.3-flash/gb300").vllm["tensor-parallel-size"] == 4
+    mi = cat.load("glm-5.3-flash/mi350x")
+    assert mi.env == {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_USE_AITER_MOE": "0"}
+    assert mi.verify.attention_backend == "ROCM_AITER_MLA_SPARSE"
+    assert mi.platform.runtime.devices == ["/dev/kfd", "/dev/dri"]
+
+
+def test_each_fact_is_written_once() -> None:
+    """No (key, value) of a model layer is repeated by a layer above it."""
+    root = REPO / "serve_configs" / "models"
+    for model_dir in root.iterdir():
+        base = yaml.safe_load((model_dir / "model.yaml").read_text())
+        for layer in model_dir.glob("*.yaml"):
+            if layer.name == "model.yaml":
+                continue
+            over = yaml.safe_load(layer.read_text()) or {}
+            for section in ("vllm", "env", "verify"):
+                for key, value in (over.get(section) or {}).items():
+                    assert (base.get(section) or {}).get(key, object()) != value, f"{layer}: {section}.{key} repeats"
+
+
+@pytest.mark.parametrize(
+    ("rel", "text", "message"),
+    [
+        (
+            "models/tiny/model.yaml",
+            "vllm: [1, 2\n",
+            "models/tiny/model.yaml: line 2 column 1: not valid YAML",
+        ),
+        (
+            "models/tiny/model.yaml",
+            "- a list\n",
+            "expected a mapping with vllm/env/verify sections, got list",
+        ),
+        (
+            "models/tiny/model.yaml",
+            "model: tiny\nplatforms: [cpu]\nvlm: {}\n",
+            "vlm: unknown key; remove it or fix its spelling",
+        ),
+        (
+            "platforms/cpu.yaml",
+            "platform: cpu\nvendor: intel\nfamily: cpu\narch: x\ngpus: 0\n",
+            "platforms/cpu.yaml: vendor: Input should be 'amd', 'nvidia' or 'cpu' (got 'intel')",
+        ),
+        (
+            "platforms/cpu.yaml",
+            "platform: cpu\nvendor: cpu\nfamily: cpu\narch: x\ngpus: -1\n",
+            "gpus: Input should be greater than or equal to 0 (got -1)",
+        ),
+        (
+            "models/tiny/model.yaml",
+            "model: tiny\nplatforms: [cpu]\nvllm: {Max_Len: 3}\n",
+            "vllm key 'Max_Len' is not a vLLM option name",
+        ),
+        (
+            "models/tiny/model.yaml",
+            "model: tiny\nplatforms: [cpu]\nenv: {lower: x}\n",
+            "env name 'lower' is not",
+        ),
+        (
+            "models/tiny/cpu.yaml",
+            "platforms: [cpu]\n",
+            "models/tiny/cpu.yaml: platforms: only model.yaml may set it",
+        ),
+    ],
+)
+def test_malformed_input_names_file_and_key(config_tree: ConfigTree, rel: str, text: str, message: str) -> None:
+    config_tree.write(rel, text)
+    with pytest.raises(ProfileError) as exc:
+        Catalog().load("tiny/cpu")
+    assert message in str(exc.value)
+
+
+def test_verify_section_errors_name_the_merged_profile(config_tree: ConfigTree) -> None:
+    config_tree.edit("models/tiny/model.yaml", lambda d: d["verify"].__setitem__("graph_mode", "perhaps"))
+    with pytest.raises(
+        ProfileError, match=r"tiny/cpu \(merged from .*\): verify.graph_mode: Input should be a valid boolean"
+    ):
+        Catalog().load("tiny/cpu")
+
+
+def test_unknown_profile_names_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", "glm-5.3-flash/mi300x"]) == 2
+    err = capsys.readouterr().err
+    assert "model glm-5.3-flash is not served on 'mi300x'; its platforms are mi355x, mi350x, b200, gb300, h200" in err
+    assert main(["render", "glm"]) == 2
+    assert "write it as MODEL/PLATFORM" in capsys.readouterr().err
+
+
+# -- fuzzing --------------------------------------------------------------------------------------
+
+yaml_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 2**40), st.floats(allow_nan=False), st.text(max_size=12)
+)
+yaml_values = st.recursive(
+    yaml_scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=4)),
+    max_leaves=12,
+)
+section_keys = st.sampled_from(
+    [
+        "model",
+        "platforms",
+        "vllm",
+        "env",
+        "verify",
+        "waivers",
+        "production",
+        "description",
+        "platform",
+        "vendor",
+        "family",
+        "arch",
+        "gpus",
+        "runtime",
+        "detect",
+    ]
+)
+documents = st.one_of(
+    yaml_values,
+    st.dictionaries(section_keys, yaml_values, max_size=6),
+    st.text(max_size=200).map(lambda t: {"__raw__": t}),
+)
+targets = st.sampled_from(
+    [
+        "models/tiny/model.yaml",
+        "models/tiny/cpu.yaml",
+        "platforms/cpu.yaml",
+        "models/glm-5.3-flash/rocm.yaml",
+        "platforms/mi355x.yaml",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(target=targets, doc=documents)
+def test_fuzzed_layers_give_clean_errors(tmp_path: Path, target: str, doc: Any) -> None:
+    root = tmp_path / "fuzz"
+    if root.exists():
+        shutil.rmtree(root)
+    shutil.copytree(REPO / "serve_configs", root)
+    text = doc["__raw__"] if isinstance(doc, dict) and "__raw__" in doc else yaml.safe_dump(doc)
+    (root / target).write_text(text)
+    cat = Catalog(root)
+    profile = "tiny/cpu" if "tiny" in target or "cpu" in target else "glm-5.3-flash/mi355x"
+    try:
+        evaluate(cat.load(profile))
+    except ProfileError as exc:
+        assert str(exc).strip(), "empty error message"

