@@ -1,0 +1,147 @@
+"""Images of the test fleet, all made locally (no registry is reachable):
+
+* the node image: Debian minbase (debootstrap) with docker.io, python3 and docker-registry. It runs
+  as a Docker-in-Docker fleet node (its own dockerd and image store) and as the local registry;
+* light "fake server" images (a static busybox serving /health, /metrics and /verify) that the
+  fault scenarios deploy: they boot in a second, so a fault test does not pay for a vLLM boot.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from vfleet import PACKAGE_DIR
+from vfleet.errors import VfleetError
+from vfleet.fleet.docker import docker, docker_bin, image_exists
+
+#: Bump the recipe tag whenever the node image recipe changes.
+NODE_IMAGE = "vfleet-fleet-node:bookworm-r1"
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR = os.environ.get("VFLEET_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+NODE_PACKAGES = ["docker.io", "python3", "iptables", "docker-registry", "ca-certificates", "busybox-static"]
+FAKE_REPO = "vfleet-fake"
+#: variant -> (serves /health, serves /verify, vllm:num_requests_running)
+FAKE_VARIANTS: dict[str, tuple[bool, bool, int]] = {
+    "good-1": (True, True, 0),
+    "good-2": (True, True, 0),
+    "good-3": (True, True, 0),
+    "noverify": (True, False, 0),
+    "unhealthy": (False, False, 0),
+    "busy": (True, True, 2),
+}
+
+NODE_INIT = """#!/bin/sh
+# Fleet node init: a nested dockerd. VFLEET_DOCKERD_ARGS carries e.g. --insecure-registry HOST:PORT.
+mkdir -p /etc/vfleet /srv/models /var/lib/vfleet
+exec dockerd --host unix:///var/run/docker.sock $VFLEET_DOCKERD_ARGS >/var/log/dockerd.log 2>&1
+"""
+
+REGISTRY_CONFIG = """version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: /var/lib/vfleet-registry
+  delete:
+    enabled: true
+http:
+  addr: :5000
+"""
+
+FAKE_START = """#!/bin/busybox sh
+# Stand-in server of the fault scenarios: not vLLM. Variant {variant}.
+/bin/busybox mkdir -p /www
+{health}
+{verify}
+echo 'vllm:num_requests_running{{model_name="tiny"}} {running}' > /www/metrics
+echo '{variant}' > /www/variant
+exec /bin/busybox httpd -f -p 8000 -h /www
+"""
+
+
+def cache_dir() -> Path:
+    path = PACKAGE_DIR.parent / ".cache" / "fleet"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def build_node_image(tag: str = NODE_IMAGE) -> str:
+    """Build the node image once (about 2 minutes); later calls return at once."""
+    if image_exists(tag):
+        return tag
+    if shutil.which("debootstrap") is None:
+        raise VfleetError("debootstrap is missing: apt-get install -y debootstrap (needed for the fleet node image)")
+    work = Path(tempfile.mkdtemp(prefix="node-rootfs-", dir=cache_dir()))
+    root = work / "rootfs"
+    try:
+        subprocess.run(
+            ["debootstrap", "--variant=minbase", f"--include={','.join(NODE_PACKAGES)}",
+             DEBIAN_SUITE, str(root), DEBIAN_MIRROR],
+            check=True, capture_output=True, timeout=900,
+        )
+        for junk in ("usr/share/doc", "usr/share/man", "usr/share/locale", "var/cache/apt/archives"):
+            shutil.rmtree(root / junk, ignore_errors=True)
+        init = root / "usr/local/sbin/vfleet-node-init"
+        init.write_text(NODE_INIT)
+        init.chmod(0o755)
+        (root / "etc/vfleet-registry.yml").write_text(REGISTRY_CONFIG)
+        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+        imp = subprocess.run(
+            [docker_bin(), "import",
+             "--change", "LABEL org.vfleet.role=fleet-node",
+             "--change", 'ENTRYPOINT ["/usr/local/sbin/vfleet-node-init"]',
+             "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+             "-", tag],
+            stdin=tar.stdout, capture_output=True, timeout=900, check=False,
+        )
+        tar.wait()
+        if imp.returncode != 0 or tar.returncode != 0:
+            raise VfleetError(f"docker import of the node image failed: {imp.stderr.decode(errors='replace')}")
+    except subprocess.CalledProcessError as exc:
+        tail = exc.stderr.decode(errors="replace")[-800:] if exc.stderr else ""
+        raise VfleetError(f"debootstrap of the fleet node image failed (mirror {DEBIAN_MIRROR}): {tail}") from exc
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return tag
+
+
+def build_fake_images(tag_prefix: str = FAKE_REPO, node_image: str = NODE_IMAGE) -> dict[str, str]:
+    """Build every fake-server variant as TAG_PREFIX:VARIANT; two layers, the busybox one shared."""
+    refs = {v: f"{tag_prefix}:{v}" for v in FAKE_VARIANTS}
+    if all(image_exists(r) for r in refs.values()):
+        return refs
+    with tempfile.TemporaryDirectory(prefix="fake-", dir=cache_dir()) as tmp:
+        ctx = Path(tmp)
+        cid = docker("create", "--label", "org.vfleet.role=scratch", node_image).strip()
+        try:
+            docker("cp", f"{cid}:/bin/busybox", str(ctx / "busybox"))
+        finally:
+            docker("rm", "--force", cid, check=False)
+        for variant, (health, verify, running) in FAKE_VARIANTS.items():
+            app = ctx / f"app-{variant}"
+            app.mkdir()
+            (app / "start.sh").write_text(FAKE_START.format(
+                variant=variant,
+                health="echo ok > /www/health" if health else "# no /health: never becomes healthy",
+                verify="echo verified > /www/verify" if verify else "# no /verify: boot-verify stand-in fails",
+                running=running,
+            ))
+            (ctx / f"Dockerfile.{variant}").write_text(
+                "FROM scratch\nCOPY busybox /bin/busybox\n"
+                f"COPY app-{variant}/ /\n"
+                'ENTRYPOINT ["/bin/busybox", "sh", "/start.sh"]\n'
+                f"LABEL org.vfleet.role=fake-server org.vfleet.fake-variant={variant}\n"
+            )
+            proc = subprocess.run(
+                [docker_bin(), "build", "--quiet", "-f", str(ctx / f"Dockerfile.{variant}"),
+                 "-t", refs[variant], str(ctx)],
+                capture_output=True, timeout=300, check=False, env={**os.environ, "DOCKER_BUILDKIT": "0"},
+            )
+            if proc.returncode != 0:
+                raise VfleetError(f"building fake image {refs[variant]} failed: "
+                                  f"{proc.stderr.decode(errors='replace')[-500:]}")
+    return refs
