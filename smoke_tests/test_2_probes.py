@@ -1,0 +1,28 @@
+"""2.3: wide-margin correctness probes, read from the text (not the status code)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vfleet.verify.target import Target
+
+
+def test_probes(target: Target, figures: dict[str, Any]) -> None:
+    probes = target.profile.verify.probes
+    if not probes:
+        pytest.skip("the profile lists no correctness probes (a random-weight model has no right answers)")
+    bad: list[str] = []
+    seen: list[dict[str, Any]] = []
+    for probe in probes:
+        out = target.client.chat(probe.prompt, max_tokens=probe.max_tokens)
+        text, reason = out["text"], out["finish_reason"]
+        seen.append({"prompt": probe.prompt, "expect": probe.expect, "text": text, "finish_reason": reason})
+        if reason != "stop" or not text.strip() or probe.expect not in text:
+            bad.append(
+                f"{probe.prompt!r}: expected {probe.expect!r} with finish_reason stop; "
+                f"saw {text[:120]!r} (finish_reason {reason})"
+            )
+    figures["probes"] = seen
+    assert not bad, "probe answers wrong:\n  " + "\n  ".join(bad)

@@ -1,0 +1,44 @@
+"""2.4: prefix-cache hits on a repeated prefix, and the seed-003 integrity probe."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from vfleet.verify.cacheprobe import ProbeSetupError, integrity_probe, prefix_hit_check
+from vfleet.verify.target import Target
+
+
+def test_prefix_cache_hit(target: Target, figures: dict[str, Any]) -> None:
+    if not target.profile.verify.prefix_cache:
+        pytest.skip("the profile does not expect prefix caching")
+    res = prefix_hit_check(target.client, tag=f"hit-{time.time_ns()}")
+    figures["prefix_hit"] = vars(res)
+    assert res.hit_tokens_delta >= res.block_size, (
+        f"expected the repeated {res.prompt_tokens}-token prompt to hit the prefix cache "
+        f"(hits delta >= one block, {res.block_size} tokens); saw a hits delta of {res.hit_tokens_delta:.0f} "
+        f"tokens out of {res.query_tokens_delta:.0f} queried"
+    )
+
+
+def test_prefix_cache_integrity(target: Target, figures: dict[str, Any]) -> None:
+    v = target.profile.verify
+    if not v.prefix_cache or not v.integrity.enabled:
+        pytest.skip("the profile disables prefix caching or the integrity probe")
+    try:
+        res = integrity_probe(target.client, v.integrity, v.max_model_len, tag=f"int-{time.time_ns()}")
+    except ProbeSetupError as exc:
+        pytest.fail(f"expected a runnable integrity probe; saw: {exc}")
+    figures["integrity"] = res.as_dict()
+    assert res.hit_tokens_during_compare > 0, (
+        "expected the cached prompt to be served from the prefix cache after the pool cycled; "
+        f"saw 0 hit tokens (pool {res.pool_tokens:,} tokens, {res.fillers} fillers)"
+    )
+    assert not res.mismatches, (
+        f"expected greedy answers on the cached prompt to equal the cache_salt answers after "
+        f"{res.fillers} fillers cycled the {res.num_gpu_blocks}-block pool {res.pool_cycles}x; "
+        f"{len(res.mismatches)} of {res.questions} differ, first: cached {res.mismatches[0]['cached']!r} "
+        f"vs salted {res.mismatches[0]['salted']!r}"
+    )

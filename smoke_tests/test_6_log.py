@@ -1,0 +1,31 @@
+"""2.2: the server log (read after the traffic, so faults that fire mid-decode are in it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vfleet.verify import logcheck
+from vfleet.verify.target import Target
+
+CHECKS = ["faults", "attention_backend", "graph_mode", "kv_tokens", "autofit"]
+
+
+@pytest.fixture(scope="module")
+def log_text(target: Target) -> str:
+    text = target.log_text()
+    if text is None:
+        pytest.skip("no server log given (--log FILE or --container NAME)")
+    return text
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_log(target: Target, figures: dict[str, Any], log_text: str, check: str) -> None:
+    findings = {f.check: f for f in logcheck.all_checks(log_text, target.profile.verify)}
+    f = findings[check]
+    if check == "kv_tokens":
+        figures["kv_tokens"] = logcheck.kv_tokens(log_text)
+    if f.skipped:
+        pytest.skip(f.message)
+    assert f.ok, f.message

@@ -1,0 +1,363 @@
+"""Boot-verify against a real vLLM CPU server serving the tiny model.
+
+One healthy server for the whole module (started once: free port, bounded health wait, early-exit
+detection, process-group kill), one misconfigured server (prefix caching off and another
+max_model_len), and a proxy in front of the healthy server that corrupts only prefix-cache hits
+(a fault a healthy vLLM cannot produce: marked injected_fault).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vfleet import tinymodel
+from vfleet.profiles import Catalog
+from vfleet.server import ServerError, VllmServer, _descendants
+from vfleet.verify.metrics import Metrics, prefix_hits
+from vfleet.vllm_args import parse_like_vllm
+
+pytestmark = pytest.mark.slow
+PROFILE = "tiny/cpu"
+API_KEY = "vf-test-secret-8c1e2d"  # must never reach a report or a log
+
+
+def vfleet(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vfleet", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def checks(out: Path) -> dict[str, dict[str, Any]]:
+    rep = json.loads((out / "report.json").read_text())
+    return {c["name"]: c for c in rep["checks"]}
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> Path:
+    return tinymodel.build()
+
+
+@pytest.fixture(scope="module")
+def healthy(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    work = tmp_path_factory.mktemp("healthy")
+    server = VllmServer(
+        Catalog().load(PROFILE), model_dir, workdir=work, env={"VLLM_API_KEY": API_KEY}, health_timeout_s=300
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def image_ref(model_dir: Path) -> str:
+    # No image is involved here: a reference by digest stands in for the CPU image (the digest is the
+    # tiny model's weights hash, so it is stable per build).
+    digest = hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
+    return f"localhost/vfleet-cpu-test@sha256:{digest}"
+
+
+@pytest.fixture(scope="module")
+def full_run(healthy: VllmServer, image_ref: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("verify") / "report"
+    t0 = time.monotonic()
+    proc = vfleet(
+        "verify", "--url", healthy.url, "--profile", PROFILE, "--api-key-env", "VF_TEST_KEY",
+        "--log", str(healthy.log_path), "--image", image_ref, "--out", str(out),
+        env={"VF_TEST_KEY": API_KEY},
+    )  # fmt: skip
+    return {"proc": proc, "out": out, "wall_s": time.monotonic() - t0}
+
+
+def test_model_path_on_the_command_line_wins(healthy: VllmServer, model_dir: Path) -> None:
+    argv = healthy.argv()
+    assert argv[1:4] == ["serve", "--config", str(healthy.config_path)]
+    ns = parse_like_vllm(argv[1:])
+    # vLLM moves `--model X` to the positional model_tag, and `vllm serve` then sets model = model_tag
+    # (vllm/entrypoints/cli/serve.py), over the config file's `model`.
+    assert ns.model_tag == str(model_dir) and ns.port == healthy.port, (ns.model_tag, ns.port)
+    assert "/models/tiny" in healthy.config_path.read_text()  # the profile's path is in the file...
+    with urllib.request.urlopen(f"{healthy.url}/v1/models") as r:  # ...but the server runs ours
+        assert json.loads(r.read())["data"][0]["root"] == str(model_dir)
+
+
+def test_full_suite_passes_on_the_healthy_server(full_run: dict[str, Any], image_ref: str) -> None:
+    proc, out = full_run["proc"], full_run["out"]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["passed"] and rep["profile"] == PROFILE and rep["vllm_version"] == "0.30.0"
+    assert rep["image"]["ref"] == image_ref and rep["image"]["digest"] == image_ref.split("@")[1]
+    c = checks(out)
+    for name in ("test_health", "test_models", "test_version", "test_prefix_cache_hit",
+                 "test_prefix_cache_integrity", "test_load[C1]", "test_load[C32]",
+                 "test_no_error_or_abort_finishes", "test_health_after_load", "test_log[faults]",
+                 "test_log[kv_tokens]", "test_log[autofit]"):  # fmt: skip
+        assert c[name]["outcome"] == "passed", (name, c[name])
+    assert c["test_gpu_health"]["outcome"] == "skipped" and "no GPUs" in c["test_gpu_health"]["message"]
+    assert c["test_probes"]["outcome"] == "skipped"
+    f = rep["figures"]
+    integ = f["integrity"]
+    assert integ["num_gpu_blocks"] == 64 and integ["block_size"] == 128  # num-gpu-blocks-override honoured
+    assert integ["fillers"] * integ["filler_tokens"] >= 1.5 * integ["pool_tokens"]
+    load = {r["concurrency"]: r for r in f["load"]}
+    assert sorted(load) == [1, 32] and all(r["completed"] == r["requests"] for r in load.values())
+    for name in ("report.md", "report.xml", "throughput_tpot.png", "latency.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert "<testsuite" in (out / "report.xml").read_text()
+    print(
+        f"\nFIGURES suite wall {rep['wall_s']:.1f} s; integrity pool {integ['num_gpu_blocks']} x "
+        f"{integ['block_size']} = {integ['pool_tokens']} tokens, {integ['fillers']} fillers of "
+        f"{integ['filler_tokens']} tokens; "
+        + "; ".join(
+            f"C{c}: {r['out_tok_per_s']:.1f} tok/s TTFT {r['ttft_p50_ms']:.0f} ms TPOT {r['tpot_p50_ms']:.2f} ms"
+            for c, r in sorted(load.items())
+        )
+    )
+
+
+def test_api_key_never_reaches_report_or_log(full_run: dict[str, Any], healthy: VllmServer) -> None:
+    out = full_run["out"]
+    assert full_run["proc"].returncode == 0
+    for path in [*out.rglob("*"), healthy.log_path]:
+        if path.is_file():
+            assert API_KEY.encode() not in path.read_bytes(), f"the API key leaked into {path}"
+    assert API_KEY not in full_run["proc"].stdout + full_run["proc"].stderr
+
+
+def test_promote_needs_a_passing_report_for_the_digest(
+    full_run: dict[str, Any], image_ref: str, tmp_path: Path
+) -> None:
+    out, reg = full_run["out"], tmp_path / "promotions.jsonl"
+    check = vfleet("promote", "--check", image_ref, "--profile", PROFILE, "--registry", str(reg))
+    assert check.returncode == 1 and "not promoted" in check.stdout
+    other = image_ref.split("@")[0] + "@sha256:" + "0" * 64
+    refused = vfleet("promote", other, "--profile", PROFILE, "--report", str(out), "--registry", str(reg))
+    assert refused.returncode == 2 and "no passing boot-verify report" in refused.stderr, refused.stderr
+    assert not reg.exists()
+    ok = vfleet("promote", image_ref, "--profile", PROFILE, "--report", str(out), "--registry", str(reg))
+    assert ok.returncode == 0, ok.stderr
+    entry = json.loads(reg.read_text().splitlines()[-1])
+    assert entry["digest"] == image_ref.split("@")[1] and entry["profile"] == PROFILE
+    assert vfleet("promote", "--check", image_ref, "--profile", PROFILE, "--registry", str(reg)).returncode == 0
+    wrong_profile = vfleet("promote", "--check", image_ref, "--profile", "glm-5.3-flash/h200", "--registry", str(reg))
+    assert wrong_profile.returncode == 1
+
+
+def test_probe_check_fails_on_a_wrong_answer(healthy: VllmServer, config_tree: Any, tmp_path: Path) -> None:
+    """A wide-margin probe the random-weight model cannot answer: the probe check must fail on it."""
+    config_tree.edit(
+        "models/tiny/model.yaml",
+        lambda d: d["verify"].update(probes=[{"prompt": "What is 17 times 23? Only the number.", "expect": "391"}]),
+    )
+    out = tmp_path / "r"
+    proc = vfleet(
+        "verify", "--url", healthy.url, "--profile", PROFILE, "--api-key-env", "VF_TEST_KEY", "-k", "probes",
+        "--out", str(out), env={"VF_TEST_KEY": API_KEY, "VFLEET_SERVE_CONFIGS": os.environ["VFLEET_SERVE_CONFIGS"]},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    msg = checks(out)["test_probes"]["message"]
+    assert "expected '391' with finish_reason stop; saw" in msg, msg
+
+
+def test_load_check_fails_below_the_profile_minimum(healthy: VllmServer, config_tree: Any, tmp_path: Path) -> None:
+    config_tree.edit(
+        "models/tiny/model.yaml",
+        lambda d: d["verify"]["load"].update(levels=[1], min_output_tok_per_s={1: 1.0e9}, requests_per_level=2),
+    )
+    out = tmp_path / "r"
+    proc = vfleet(
+        "verify", "--url", healthy.url, "--profile", PROFILE, "--api-key-env", "VF_TEST_KEY", "-k", "load",
+        "--out", str(out), env={"VF_TEST_KEY": API_KEY, "VFLEET_SERVE_CONFIGS": os.environ["VFLEET_SERVE_CONFIGS"]},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    msg = checks(out)["test_load[C1]"]["message"]
+    assert "expected >= 1000000000.0 output tok/s at C1 (profile); saw" in msg, msg
+
+
+def test_metrics_check_fails_after_an_aborted_request(
+    full_run: dict[str, Any], healthy: VllmServer, tmp_path: Path
+) -> None:
+    """A client that hangs up mid-stream makes vLLM abort the request: the metrics check must see it."""
+    body = {"model": "tiny", "prompt": "abort me", "max_tokens": 1500, "ignore_eos": True, "stream": True}
+    req = urllib.request.Request(
+        f"{healthy.url}/v1/completions", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"},
+    )  # fmt: skip
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        resp.readline()  # the first chunk, then hang up
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"{healthy.url}/metrics") as r:
+            if Metrics(r.read().decode()).total("vllm:request_success_total", finished_reason="abort") > 0:
+                break
+        time.sleep(0.5)
+    out = tmp_path / "r"
+    proc = vfleet("verify", "--url", healthy.url, "--profile", PROFILE, "-k", "abort", "--out", str(out))
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    msg = checks(out)["test_no_error_or_abort_finishes"]["message"]
+    assert "expected no error and no abort finishes" in msg and "saw 0 error and 1 abort" in msg, msg
+
+
+# -- a proxy that corrupts answers served from the prefix cache ------------------------------------
+
+
+class CorruptingProxy(http.server.ThreadingHTTPServer):
+    """Forwards to the real server; for completions, reads the prefix-cache hit counter before and
+    after (requests are serialised) and corrupts the answer of any request that hit the cache."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.lock = threading.Lock()
+        self.corrupted = 0
+        super().__init__(("127.0.0.1", 0), _ProxyHandler)
+
+    def hits(self) -> float:
+        with urllib.request.urlopen(f"{self.upstream}/metrics") as r:
+            return prefix_hits(Metrics(r.read().decode()))[1]
+
+
+class _ProxyHandler(http.server.BaseHTTPRequestHandler):
+    server: CorruptingProxy
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _forward(self, body: bytes | None) -> tuple[int, bytes, str]:
+        headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
+        req = urllib.request.Request(self.server.upstream + self.path, data=body, headers=headers, method=self.command)
+        try:
+            with urllib.request.urlopen(req, timeout=300) as r:
+                return r.status, r.read(), r.headers.get("Content-Type", "application/json")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read(), "application/json"
+
+    def _reply(self, status: int, data: bytes, ctype: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._reply(*self._forward(None))
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if not self.path.startswith("/v1/completions"):
+            self._reply(*self._forward(body))
+            return
+        with self.server.lock:
+            before = self.server.hits()
+            status, data, ctype = self._forward(body)
+            hit = self.server.hits() > before
+        if hit and status == 200:
+            doc = json.loads(data)
+            for choice in doc["choices"]:
+                choice["text"] = choice["text"] + " [corrupted]"
+            data = json.dumps(doc).encode()
+            self.server.corrupted += 1
+        self._reply(status, data, ctype)
+
+
+@pytest.mark.injected_fault
+def test_integrity_probe_catches_corrupted_cache_hits(healthy: VllmServer, tmp_path: Path) -> None:
+    proxy = CorruptingProxy(healthy.url)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{proxy.server_address[1]}"
+        out = tmp_path / "r"
+        proc = vfleet(
+            "verify", "--url", url, "--profile", PROFILE, "--api-key-env", "VF_TEST_KEY", "-k", "integrity",
+            "--out", str(out), env={"VF_TEST_KEY": API_KEY},
+        )  # fmt: skip
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    assert proxy.corrupted > 0, "the proxy saw no prefix-cache hit to corrupt"
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    msg = checks(out)["test_prefix_cache_integrity"]["message"]
+    assert "expected greedy answers on the cached prompt to equal the cache_salt answers" in msg, msg
+    assert "[corrupted]" in msg
+
+
+# -- a misconfigured server ----------------------------------------------------------------------
+
+
+def test_misconfigured_server_fails_models_and_prefix_checks(
+    healthy: VllmServer, full_run: dict[str, Any], model_dir: Path, tmp_path: Path
+) -> None:
+    """Prefix caching off and max_model_len 1024 (the profile expects on and 2048): one boot."""
+    healthy.stop()  # 2 cores: one server at a time (the healthy one is not needed after this)
+    bad = VllmServer(
+        Catalog().load(PROFILE), model_dir, workdir=tmp_path / "bad",
+        extra_args=["--no-enable-prefix-caching", "--max-model-len", "1024"],
+    )  # fmt: skip
+    with bad:
+        out = tmp_path / "r"
+        proc = vfleet(
+            "verify", "--url", bad.url, "--profile", PROFILE, "--log", str(bad.log_path), "--out", str(out),
+            "-k", "test_models or prefix_cache or test_health",
+        )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    c = checks(out)
+    assert c["test_health"]["outcome"] == "passed"  # HTTP 200 is not correctness
+    assert "expected max_model_len 2,048 (profile); saw 1024" in c["test_models"]["message"]
+    assert "expected the repeated" in c["test_prefix_cache_hit"]["message"]
+    assert "saw a hits delta of 0 tokens" in c["test_prefix_cache_hit"]["message"]
+    assert c["test_prefix_cache_integrity"]["outcome"] == "failed"
+
+
+# -- the server fixture itself -------------------------------------------------------------------
+
+
+def test_server_fixture_detects_early_exit(model_dir: Path, tmp_path: Path) -> None:
+    server = VllmServer(Catalog().load(PROFILE), model_dir, workdir=tmp_path, extra_args=["--max-num-seqs", "x"])
+    t0 = time.monotonic()
+    with pytest.raises(ServerError, match="exited with code"):
+        server.start()
+    assert time.monotonic() - t0 < 120
+    assert server.proc is None
+
+
+def _state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "gone"
+    return stat[stat.rfind(")") + 2 :].split()[0]
+
+
+def test_server_fixture_bounds_the_health_wait_and_kills_children(model_dir: Path, tmp_path: Path) -> None:
+    server = VllmServer(Catalog().load(PROFILE), model_dir, workdir=tmp_path, health_timeout_s=12)
+    seen: list[int] = []
+
+    def progress(_: float) -> None:
+        if server.proc is not None:
+            seen.extend(_descendants(server.proc.pid))
+
+    with pytest.raises(ServerError, match=r"did not answer /health within 12 s"):
+        server.start(progress=progress)
+    assert seen, "the server started no child processes (nothing to check)"
+    alive = [p for p in set(seen) if Path(f"/proc/{p}").exists() and "Z" not in _state(p)]
+    assert not alive, f"children left running: {alive}"

@@ -1,0 +1,128 @@
+"""Boot-verify parts that need no server: /metrics parsing (a real H200 /metrics), the report
+writer, promotion rules, and the tiny model build."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vfleet import tinymodel
+from vfleet.errors import VfleetError
+from vfleet.profiles import IntegritySpec
+from vfleet.verify import promotion, report
+from vfleet.verify.cacheprobe import ProbeSetupError, plan_fillers
+from vfleet.verify.metrics import Metrics, finishes, prefix_hits
+
+METRICS = Path(__file__).parent / "fixtures" / "metrics" / "h200-graph.txt"
+DIGEST = "sha256:" + "ab" * 32
+
+
+def test_metrics_from_a_real_server() -> None:
+    m = Metrics(METRICS.read_text())
+    blocks, block = m.cache_pool()
+    assert block == 16 and blocks * block >= 3_806_688  # the log said 3,806,688 KV tokens
+    assert prefix_hits(m) == (77158.0, 29136.0)
+    f = finishes(m)
+    assert f["length"] == 220.0 and f["error"] == 0.0 and f["abort"] == 0.0
+
+
+def test_cache_pool_missing_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="lacks num_gpu_blocks/block_size"):
+        Metrics('vllm:cache_config_info{block_size="16"} 1.0\n').cache_pool()
+
+
+def _report(tmp: Path, passed: bool = True, digest: str = DIGEST, profile: str = "tiny/cpu", **kw: Any) -> Path:
+    results = {
+        "exitstatus": 0 if passed else 1,
+        "tests": [
+            {"id": "t::a", "name": "a", "outcome": "passed" if passed else "failed", "message": "", "duration_s": 0.1}
+        ],
+    }
+    figures = {
+        "vllm_version": "0.30.0",
+        "load": [
+            {"concurrency": c, "requests": 8, "completed": 8, "out_tok_per_s": 10.0 * c, "ttft_p50_ms": 5.0,
+             "tpot_p50_ms": 2.0, "tpot_p90_ms": 3.0, "latency_p50_ms": 9.0, "latency_p90_ms": 12.0,
+             "latencies_ms": [8.0, 9.0, 12.0]}
+            for c in (1, 32)
+        ],
+    }  # fmt: skip
+    meta = {"profile": profile, "url": "http://x", "image": {"ref": f"img@{digest}", "digest": digest}, "wall_s": 1.0}
+    rep = report.build(results, figures, meta)
+    rep.update(kw)
+    out = tmp / f"rep-{len(list(tmp.iterdir()))}"
+    return report.write(rep, out).parent
+
+
+def test_report_forms(tmp_path: Path) -> None:
+    out = _report(tmp_path)
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["passed"] and rep["vllm_version"] == "0.30.0" and rep["counts"]["passed"] == 1
+    md = (out / "report.md").read_text()
+    assert "Boot-verify PASS" in md and "| 32 | 8 | 8 | 320.0 |" in md and "![latency.png](latency.png)" in md
+    for png in ("throughput_tpot.png", "latency.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_failed_suite_is_a_failed_report(tmp_path: Path) -> None:
+    rep = json.loads((_report(tmp_path, passed=False) / "report.json").read_text())
+    assert rep["passed"] is False and "FAIL" in (_report(tmp_path, passed=False) / "report.md").read_text()
+
+
+def test_promotion_rules(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    reg = tmp_path / "promotions.jsonl"
+    image = f"vfleet-cpu@{DIGEST}"
+    failing = _report(reports, passed=False)
+    partial = _report(reports, partial=True)
+    other = _report(reports, profile="glm-5.3-flash/h200")
+    for rdir, why in ((failing, "did not pass"), (partial, "partial run"), (other, "profile glm-5.3-flash/h200")):
+        with pytest.raises(VfleetError, match=why):
+            promotion.promote(image, "tiny/cpu", rdir, reg)
+    assert not reg.exists()
+    assert promotion.is_promoted(image, "tiny/cpu", reg) is None
+    good = _report(reports)
+    entry = promotion.promote(image, "tiny/cpu", good, reg)
+    assert entry["digest"] == DIGEST and promotion.is_promoted(image, "tiny/cpu", reg) is not None
+    assert promotion.is_promoted(f"vfleet-cpu@sha256:{'cd' * 32}", "tiny/cpu", reg) is None
+    promotion.promote(image, "tiny/cpu", good, reg)
+    assert len(reg.read_text().splitlines()) == 2  # append-only
+
+
+def test_tiny_model_build_is_deterministic_and_idempotent(tmp_path: Path) -> None:
+    a = tinymodel.build(tmp_path / "a")
+    stamp = (a / tinymodel.STAMP).stat().st_mtime_ns
+    assert tinymodel.build(tmp_path / "a") == a and (a / tinymodel.STAMP).stat().st_mtime_ns == stamp
+    b = tinymodel.build(tmp_path / "b")
+    for name in ("model.safetensors", "tokenizer.json", "config.json"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    cfg = json.loads((a / "config.json").read_text())
+    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]) == (64, 2, 2)
+    assert cfg["hidden_size"] // cfg["num_attention_heads"] >= 32  # vLLM CPU attention needs head size >= 32
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tiny-build-")]  # nothing half-built
+
+
+def test_tiny_model_refuses_a_foreign_directory(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(VfleetError, match="without a vfleet model stamp"):
+        tinymodel.build(tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_integrity_fillers_are_sized_from_the_pool() -> None:
+    spec = IntegritySpec()
+    # The real H200 pool (237,918 blocks x 16) with a 1M context: long fillers, within max_fillers.
+    blocks, block = Metrics(METRICS.read_text()).cache_pool()
+    pool = blocks * block
+    size, count = plan_fillers(pool, block, 1_048_576, spec)
+    assert count <= spec.max_fillers and size * count >= spec.pool_cycles * pool
+    # The same pool with a 4k context cannot be cycled by 400 fillers: a clear error, not a weak probe.
+    with pytest.raises(ProbeSetupError, match=r"needs \d+ fillers .* integrity.max_fillers is 400"):
+        plan_fillers(pool, block, 4096, spec)
+    # tiny/cpu: 64 x 128.
+    size, count = plan_fillers(64 * 128, 128, 2048, spec)
+    assert (size, count) == (512, 24)

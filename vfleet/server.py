@@ -1,0 +1,227 @@
+"""Start a local vLLM server for one profile (demo and tests), like vLLM's RemoteOpenAIServer.
+
+The server is launched with `vfleet.vllm_args.serve_argv` from the profile, with the model path, host
+and port given on the command line after `--config` (vLLM: command line beats config file), and the
+profile's env applied on top of the caller's environment. It runs in its own process group on a free
+port; `start()` waits for `/health` within a bound and fails at once, with the log tail, if the
+process exits early; `stop()` ends the whole group and any child that left it. Its output goes to a
+log file, which boot-verify reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from vfleet.errors import VfleetError
+from vfleet.profiles import Profile
+from vfleet.vllm_args import ensure_vllm_dist_metadata, serve_argv, write_config
+
+
+class ServerError(VfleetError):
+    """The vLLM server did not come up."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _descendants(pid: int) -> list[int]:
+    """All live descendants of pid, read from /proc (children may have left the process group)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...; comm may hold spaces and parentheses
+        ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
+        parents.setdefault(ppid, []).append(int(entry.name))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def _start_time(pid: int) -> str | None:
+    fields = _stat(pid)
+    return fields[19] if fields else None  # field 22 of /proc/PID/stat (state is field 3)
+
+
+def _is_zombie(pid: int) -> bool:
+    fields = _stat(pid)
+    return bool(fields and fields[0] == "Z")
+
+
+def _log_tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class VllmServer:
+    """One `vllm serve` process for a profile. Use as a context manager, or call start()/stop()."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        model_path: Path,
+        workdir: Path,
+        extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        health_timeout_s: float = 300.0,
+    ) -> None:
+        self.profile = profile
+        self.model_path = Path(model_path).resolve()
+        self.workdir = Path(workdir)
+        self.extra_args = list(extra_args)
+        self.env_overrides = dict(env or {})
+        self.host = host
+        self.port = port or free_port(host)
+        self.health_timeout_s = health_timeout_s
+        self.log_path = self.workdir / "vllm-server.log"
+        self.config_path = self.workdir / "vllm-config.yaml"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.boot_s: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def argv(self) -> list[str]:
+        extra = [
+            "--model",
+            str(self.model_path),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            *self.extra_args,
+        ]
+        argv = serve_argv(self.config_path, self.profile, extra)
+        # The `vllm` script of the interpreter running vfleet (the venv's), not whatever is on PATH.
+        local = Path(sys.executable).parent / "vllm"
+        if local.exists():
+            argv[0] = str(local)
+        return argv
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.profile.env)
+        env.update(self.env_overrides)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
+    def start(self, progress: Callable[[float], None] | None = None) -> VllmServer:
+        if not self.model_path.is_dir():
+            raise ServerError(f"model directory {self.model_path} does not exist; build it with `vfleet model build`")
+        ensure_vllm_dist_metadata()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        write_config(self.profile, self.config_path)
+        t0 = time.monotonic()
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                self.argv(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.environment(),
+                cwd=self.workdir,
+                start_new_session=True,
+            )
+        try:
+            self._wait_healthy(t0, progress)
+        except BaseException:
+            self.stop()
+            raise
+        self.boot_s = time.monotonic() - t0
+        return self
+
+    def _wait_healthy(self, t0: float, progress: Callable[[float], None] | None) -> None:
+        assert self.proc is not None
+        deadline = t0 + self.health_timeout_s
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                raise ServerError(
+                    f"vLLM exited with code {rc} before /health answered (log {self.log_path}):\n"
+                    f"{_log_tail(self.log_path)}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            now = time.monotonic()
+            if progress is not None:
+                progress(now - t0)
+            if now > deadline:
+                raise ServerError(
+                    f"vLLM did not answer /health within {self.health_timeout_s:.0f} s (log {self.log_path}):\n"
+                    f"{_log_tail(self.log_path)}"
+                )
+            time.sleep(1.0)
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGTERM the process group, SIGKILL it after ``grace_s``, then SIGKILL every process that was
+        a descendant (also those that left the group), and wait until they are gone."""
+        proc = self.proc
+        if proc is None:
+            return
+        kids = {p: _start_time(p) for p in _descendants(proc.pid)}
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+        kids.update({p: _start_time(p) for p in _descendants(proc.pid)})
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid, started in kids.items():
+            if started is not None and _start_time(pid) == started:  # the same process, not a reused pid
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(
+            started is not None and _start_time(pid) == started and not _is_zombie(pid) for pid, started in kids.items()
+        ):
+            time.sleep(0.2)
+        self.proc = None
+
+    def __enter__(self) -> VllmServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

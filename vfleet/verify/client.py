@@ -1,0 +1,160 @@
+"""A minimal OpenAI-compatible HTTP client (stdlib only), for the smoke tests and the load generator."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from vfleet.verify.metrics import Metrics
+
+
+class HttpError(Exception):
+    def __init__(self, url: str, status: int, body: str) -> None:
+        super().__init__(f"{url}: HTTP {status}: {body[:300]}")
+        self.status = status
+        self.body = body
+
+
+@dataclass
+class Client:
+    base_url: str
+    api_key: str | None = None
+    model: str | None = None
+    timeout_s: float = 120.0
+
+    def _headers(self) -> dict[str, str]:
+        h = {"Content-Type": "application/json"}
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        return h
+
+    def get(self, path: str, timeout_s: float | None = None) -> tuple[int, str]:
+        req = urllib.request.Request(self.base_url.rstrip("/") + path, headers=self._headers())
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s) as resp:
+                return int(resp.status), resp.read().decode(errors="replace")
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), exc.read().decode(errors="replace")
+
+    def get_json(self, path: str) -> Any:
+        status, body = self.get(path)
+        if status != 200:
+            raise HttpError(path, status, body)
+        return json.loads(body)
+
+    def post_json(self, path: str, payload: dict[str, Any], timeout_s: float | None = None) -> Any:
+        url = self.base_url.rstrip("/") + path
+        req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers=self._headers())
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            raise HttpError(path, int(exc.code), exc.read().decode(errors="replace")) from None
+
+    def metrics(self) -> Metrics:
+        status, body = self.get("/metrics")
+        if status != 200:
+            raise HttpError("/metrics", status, body)
+        return Metrics(body)
+
+    def count_tokens(self, prompt: str) -> int:
+        data = self.post_json("/tokenize", {"model": self.model, "prompt": prompt, "add_special_tokens": False})
+        return int(data["count"])
+
+    def complete(self, prompt: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
+        """Greedy /v1/completions; returns the first choice plus usage."""
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            **extra,
+        }
+        data = self.post_json("/v1/completions", payload)
+        choice = dict(data["choices"][0])
+        choice["usage"] = data.get("usage") or {}
+        return choice
+
+    def chat(self, content: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            **extra,
+        }
+        data = self.post_json("/v1/chat/completions", payload)
+        choice = data["choices"][0]
+        return {
+            "text": (choice.get("message") or {}).get("content") or "",
+            "finish_reason": choice.get("finish_reason"),
+            "usage": data.get("usage") or {},
+        }
+
+
+@dataclass
+class StreamResult:
+    ok: bool
+    error: str = ""
+    text: str = ""
+    output_tokens: int = 0
+    ttft_s: float | None = None
+    latency_s: float = 0.0
+    finish_reason: str | None = None
+    token_times: list[float] = field(default_factory=list)
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.ttft_s is None or self.output_tokens < 2:
+            return None
+        return (self.latency_s - self.ttft_s) / (self.output_tokens - 1)
+
+
+def stream_completion(client: Client, prompt: str, max_tokens: int, timeout_s: float = 300.0) -> StreamResult:
+    """A streamed greedy completion with a fixed output length (ignore_eos), timed per chunk."""
+    payload = {
+        "model": client.model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    url = client.base_url.rstrip("/") + "/v1/completions"
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers=client._headers())
+    res = StreamResult(ok=False)
+    t0 = time.perf_counter()
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            for raw in resp:
+                line = raw.decode(errors="replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if chunk.get("usage"):
+                    res.output_tokens = int(chunk["usage"].get("completion_tokens") or 0)
+                for choice in chunk.get("choices") or []:
+                    # vLLM sends a chunk per step with new tokens, even when their text is still empty
+                    # (a byte-level tokenizer holds back incomplete UTF-8), so time every chunk.
+                    now = time.perf_counter() - t0
+                    if res.ttft_s is None:
+                        res.ttft_s = now
+                    res.token_times.append(now)
+                    res.text += choice.get("text") or ""
+                    if choice.get("finish_reason"):
+                        res.finish_reason = choice["finish_reason"]
+        res.ok = True
+    except urllib.error.HTTPError as exc:
+        res.error = f"HTTP {exc.code}: {exc.read().decode(errors='replace')[:200]}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        res.error = f"{type(exc).__name__}: {exc}"
+    res.latency_s = time.perf_counter() - t0
+    return res

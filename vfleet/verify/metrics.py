@@ -1,0 +1,87 @@
+"""A small parser for the Prometheus text that vLLM serves on /metrics."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\d+)?$")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+def parse(text: str) -> list[Sample]:
+    out: list[Sample] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        labels = {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _LABEL.findall(m.group(3) or "")}
+        try:
+            value = float(m.group(4))
+        except ValueError:
+            continue
+        out.append(Sample(m.group(1), labels, value))
+    return out
+
+
+class Metrics:
+    """One /metrics snapshot."""
+
+    def __init__(self, text: str) -> None:
+        self.samples = parse(text)
+
+    def total(self, name: str, **labels: str) -> float:
+        """Sum of every sample of ``name`` whose labels include ``labels`` (0 when absent)."""
+        return sum(
+            s.value for s in self.samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        )
+
+    def has(self, name: str) -> bool:
+        return any(s.name == name for s in self.samples)
+
+    def by_label(self, name: str, label: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for s in self.samples:
+            if s.name == name and label in s.labels:
+                out[s.labels[label]] = out.get(s.labels[label], 0.0) + s.value
+        return out
+
+    def info(self, name: str) -> dict[str, str]:
+        """Labels of an info-style metric such as vllm:cache_config_info."""
+        for s in self.samples:
+            if s.name == name:
+                return dict(s.labels)
+        return {}
+
+    def cache_pool(self) -> tuple[int, int]:
+        """(num_gpu_blocks, block_size) from vllm:cache_config_info."""
+        info = self.info("vllm:cache_config_info")
+        try:
+            blocks = int(float(info["num_gpu_blocks"]))
+            size = int(float(info["block_size"]))
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"vllm:cache_config_info lacks num_gpu_blocks/block_size (labels: {info})") from exc
+        if blocks <= 0 or size <= 0 or math.isnan(blocks):
+            raise ValueError(f"vllm:cache_config_info has no usable pool (labels: {info})")
+        return blocks, size
+
+
+def prefix_hits(m: Metrics) -> tuple[float, float]:
+    """(queries, hits) of the prefix cache, in tokens."""
+    return m.total("vllm:prefix_cache_queries_total"), m.total("vllm:prefix_cache_hits_total")
+
+
+def finishes(m: Metrics) -> dict[str, float]:
+    """Finished requests by reason (stop, length, abort, error, ...)."""
+    return m.by_label("vllm:request_success_total", "finished_reason")
