@@ -1,0 +1,1 @@
+"""The vfleet patch set: pins, fetch, apply (no fuzz, all-or-nothing), status (rebase report), checker."""

@@ -1,0 +1,217 @@
+"""The patch series: `patches/series`, one header-carrying patch file per fix, and the checker.
+
+A patch file is a block of `Key: value` headers (continuation lines start with whitespace), a blank
+line, free text, then a git-style unified diff (`--- a/vllm/...`, `+++ b/vllm/...`) against the root of
+a site-packages directory. `patches/series` lists the patch files in apply order, `#` starts a comment.
+`patches/upstream.yaml` records fixes the base already contains (not patches, but verified by a test).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vfleet import paths
+from vfleet.errors import VfleetError
+from vfleet.patchset.diff import DiffError, FileDiff, parse
+
+REQUIRED_HEADERS = (
+    "Subject",
+    "Origin",
+    "Upstream-Status",
+    "Applied-Upstream",
+    "Platforms",
+    "Models",
+    "Why",
+    "Verified-By",
+    "Remove-When",
+)
+PLATFORMS = ("cuda", "rocm", "cpu")
+UPSTREAM_STATUSES = ("Pending", "Submitted", "Accepted", "Backport", "Inappropriate")
+#: Files in patches/ that are not patches.
+NON_PATCH_FILES = ("series", "upstream.yaml", "release-wheels.json", "README.md")
+
+
+class PatchError(VfleetError):
+    """A patch file or the series is malformed."""
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    path: Path
+    headers: dict[str, str]
+    files: tuple[FileDiff, ...]
+    sha256: str
+
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.headers["Platforms"].split(",") if p.strip())
+
+    @property
+    def upstream_status(self) -> str:
+        return self.headers["Upstream-Status"]
+
+    @property
+    def verified_by(self) -> str:
+        return self.headers["Verified-By"]
+
+    @property
+    def applied_upstream(self) -> str:
+        return self.headers["Applied-Upstream"]
+
+    def manifest_entry(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "sha256": self.sha256,
+            "platforms": list(self.platforms),
+            "upstream_status": self.upstream_status,
+        }
+
+
+def patches_dir() -> Path:
+    return paths.home() / "patches"
+
+
+def split_headers(text: bytes, source: str) -> tuple[dict[str, str], bytes]:
+    """Headers until the first blank line; the rest is the body (free text + diff)."""
+    headers: dict[str, str] = {}
+    lines = text.splitlines(keepends=True)
+    key = ""
+    i = 0
+    for i, raw in enumerate(lines):
+        line = raw.decode("utf-8", "strict").rstrip("\r\n")
+        if not line.strip():
+            break
+        if line[0] in " \t":
+            if not key:
+                raise PatchError(f"{source}: line {i + 1}: continuation line before any header")
+            headers[key] = f"{headers[key]} {line.strip()}".strip()
+            continue
+        if ":" not in line:
+            raise PatchError(f"{source}: line {i + 1}: expected 'Header: value', got {line!r}")
+        key, value = (part.strip() for part in line.split(":", 1))
+        if key in headers:
+            raise PatchError(f"{source}: line {i + 1}: header {key} given twice")
+        headers[key] = value
+    else:
+        raise PatchError(f"{source}: no blank line after the headers, so there is no diff")
+    return headers, b"".join(lines[i + 1 :])
+
+
+def load_patch(path: Path) -> Patch:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PatchError(f"{path}: cannot read the patch ({exc})") from exc
+    headers, body = split_headers(raw, path.name)
+    try:
+        files = parse(body, source=path.name)
+    except DiffError as exc:
+        raise PatchError(str(exc)) from exc
+    missing = [h for h in REQUIRED_HEADERS if not headers.get(h)]
+    if missing:
+        raise PatchError(f"{path.name}: missing or empty header(s): {', '.join(missing)}")
+    plats = [p.strip() for p in headers["Platforms"].split(",") if p.strip()]
+    bad = [p for p in plats if p not in PLATFORMS]
+    if bad or not plats:
+        raise PatchError(
+            f"{path.name}: Platforms must list some of {', '.join(PLATFORMS)}, got {headers['Platforms']!r}"
+        )
+    status = headers["Upstream-Status"].split()[0]
+    if status not in UPSTREAM_STATUSES:
+        raise PatchError(
+            f"{path.name}: Upstream-Status must start with one of {', '.join(UPSTREAM_STATUSES)}, "
+            f"got {headers['Upstream-Status']!r}"
+        )
+    if "::" not in headers["Verified-By"] or not headers["Verified-By"].startswith("tests/"):
+        raise PatchError(f"{path.name}: Verified-By must be a pytest node id under tests/, e.g. tests/x.py::test_y")
+    return Patch(path.name, path, headers, tuple(files), hashlib.sha256(raw).hexdigest())
+
+
+def read_series(pdir: Path) -> list[str]:
+    series = pdir / "series"
+    try:
+        text = series.read_text()
+    except OSError as exc:
+        raise PatchError(f"{series}: cannot read the series file ({exc}); restore it from git") from exc
+    names = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            names.append(line)
+    return names
+
+
+def load_series(pdir: Path | None = None) -> list[Patch]:
+    """Every patch in series order. Raises PatchError on the first problem (run `check` for all)."""
+    pdir = pdir or patches_dir()
+    problems = check_series(pdir)
+    if problems:
+        raise PatchError(f"{pdir}: the patch series is broken: " + "; ".join(problems))
+    return [load_patch(pdir / name) for name in read_series(pdir)]
+
+
+def select(patches: list[Patch], platform: str) -> list[Patch]:
+    if platform not in PLATFORMS:
+        raise PatchError(f"unknown platform {platform!r}: use one of {', '.join(PLATFORMS)}")
+    return [p for p in patches if platform in p.platforms]
+
+
+def series_sha256(patches: list[Patch]) -> str:
+    """sha256 over `name sha256` lines of the selected patches, in order: changes with any patch, or the order."""
+    text = "".join(f"{p.name} {p.sha256}\n" for p in patches)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def load_upstream(pdir: Path | None = None) -> list[dict[str, Any]]:
+    pdir = pdir or patches_dir()
+    path = pdir / "upstream.yaml"
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise PatchError(f"{path}: cannot read ({exc})") from exc
+    entries = data.get("upstream", [])
+    if not isinstance(entries, list):
+        raise PatchError(f"{path}: 'upstream' must be a list of entries")
+    for e in entries:
+        for key in ("name", "subject", "origin", "applied_upstream", "verified_by"):
+            if not isinstance(e, dict) or not e.get(key):
+                raise PatchError(f"{path}: every entry needs {key!r}: {e!r}")
+    return entries
+
+
+def check_series(pdir: Path | None = None) -> list[str]:
+    """The series checker: every problem found, as one line each (empty list: the series is good)."""
+    pdir = pdir or patches_dir()
+    problems: list[str] = []
+    try:
+        names = read_series(pdir)
+    except PatchError as exc:
+        return [str(exc)]
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            problems.append(f"series lists {name} more than once")
+            continue
+        seen.add(name)
+        if "/" in name or not (pdir / name).is_file():
+            problems.append(f"series lists {name}, which is not a file in {pdir}")
+            continue
+        try:
+            load_patch(pdir / name)
+        except PatchError as exc:
+            problems.append(str(exc))
+    for f in sorted(pdir.iterdir()):
+        if f.name in NON_PATCH_FILES or f.name in seen:
+            continue
+        problems.append(f"{f.name} is in {pdir} but not listed in series (add it to series or remove it)")
+    try:
+        load_upstream(pdir)
+    except PatchError as exc:
+        problems.append(str(exc))
+    return problems
