@@ -4,7 +4,7 @@ VENV ?= .venv
 V := $(VENV)/bin
 STAMP := $(VENV)/.vfleet-bootstrap
 
-.PHONY: help venv test lint check profiles demo boot-verify
+.PHONY: help venv test lint check profiles demo boot-verify image
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -31,3 +31,6 @@ demo: $(STAMP) ## build the tiny model, start a local vLLM CPU server, boot-veri
 
 boot-verify: $(STAMP) ## verify a live server: URL=http://node:8000 PROFILE=model/platform [LOG=file|CONTAINER=name] [IMAGE=ref]
 	$(V)/vfleet verify $(if $(URL),--url $(URL)) $(if $(PROFILE),--profile $(PROFILE)) $(if $(LOG),--log $(LOG)) $(if $(CONTAINER),--container $(CONTAINER)) $(if $(IMAGE),--image $(IMAGE)) $(if $(OUT),--out $(OUT))
+
+image: $(STAMP) ## build an image: FAMILY=cpu|cuda|rocm [STANDIN=1 for the local GPU stand-in base]
+	$(V)/vfleet image build --family $(or $(FAMILY),cpu) $(if $(STANDIN),--standin)

@@ -1,0 +1,262 @@
+"""The CPU image, from scratch: it builds, boots the tiny model with the patch set applied, serves it
+behind an API key, stops on SIGTERM within seconds, and carries no secret in any layer, label or history.
+
+Needs dockerd (started here if absent), debootstrap and the network to PyPI for the first wheel
+download (`.cache/image-wheels`, reused afterwards). The image is left in place as the demo image.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import tarfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from image_helpers import dk, drop_context, inspect, make_context, series_patches, stem
+
+from vfleet import images
+from vfleet.dockerd import docker_bin, ensure_dockerd
+from vfleet.images import ROOT
+from vfleet.profiles import Catalog
+from vfleet.render import DockerRun, docker_run_argv
+
+pytestmark = pytest.mark.slow
+TOKEN = "hf_vfleetTESTtoken" + "7f3a9c1e5b"
+KEY = "sk-vfleet-TEST-api-key-" + "c0ffee42d00d"
+BOOT_TIMEOUT = 420
+
+
+@pytest.fixture(scope="module")
+def cpu_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[images.BuildResult]:
+    ensure_dockerd()
+    images.build_base()
+    images.fetch_wheels()
+    ctx = make_context(with_wheels=True)
+    # Secrets lying where a careless build would pick them up: in the context and in the environment.
+    (ctx / "secrets.env").write_text(f"HF_TOKEN={TOKEN}\nVLLM_API_KEY={KEY}\n")
+    (ctx / "serve_configs" / ".env").write_text(f"VLLM_API_KEY={KEY}\n")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HF_TOKEN", TOKEN)
+    mp.setenv("VLLM_API_KEY", KEY)
+    try:
+        res = images.build_image("cpu", context=ctx)
+    finally:
+        mp.undo()
+        drop_context(ctx)
+    print(f"\nCPU image {res.ref} built in {res.seconds:.0f} s")
+    yield res
+
+
+@pytest.fixture(scope="module")
+def tiny_model() -> Path:
+    out = ROOT / ".cache" / "models" / "tiny"
+    proc = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "vfleet"), "model", "build", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _get(url: str, key: str | None = None, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body else None)
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    if body:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw.strip().startswith((b"{", b"[")) else raw.decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def server(
+    cpu_image: images.BuildResult, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("cpu-run")
+    env_file = tmp / "secrets.env"
+    env_file.write_text(f"HF_TOKEN={TOKEN}\nVLLM_API_KEY={KEY}\n")
+    port = _free_port()
+    name = f"vfleet-test-cpu-{uuid.uuid4().hex[:8]}"
+    profile = Catalog().load("tiny/cpu")
+    # The exact `docker run` that `vfleet render tiny/cpu` prints, with this test's port, name and files.
+    argv = docker_run_argv(
+        profile,
+        DockerRun(
+            image=cpu_image.ref,
+            model_dir=str(tiny_model),
+            host_port=port,
+            env_file=str(env_file),
+            cache_volume=None,
+            name=name,
+            extra_labels={"org.vfleet.test": "image-cpu"},
+        ),
+    )
+    argv[0] = docker_bin()
+    subprocess.run(argv, check=True, capture_output=True, text=True)
+    base = f"http://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    try:
+        while True:
+            state = inspect_container(name)
+            if not state["Running"]:
+                raise AssertionError(f"the container exited ({state['ExitCode']}):\n{logs(name)[-4000:]}")
+            try:
+                if _get(f"{base}/health")[0] == 200:
+                    break
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            if time.monotonic() - t0 > BOOT_TIMEOUT:
+                raise AssertionError(f"no /health 200 within {BOOT_TIMEOUT} s:\n{logs(name)[-4000:]}")
+            time.sleep(2)
+        print(f"\nCPU image: /health 200 after {time.monotonic() - t0:.0f} s")
+        yield {"name": name, "base": base, "boot_s": time.monotonic() - t0}
+    finally:
+        dk("rm", "--force", name, check=False)
+
+
+def inspect_container(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(dk("container", "inspect", name).stdout)[0]["State"]
+    return data
+
+
+def logs(name: str) -> str:
+    proc = dk("logs", name, check=False)
+    return proc.stdout + proc.stderr
+
+
+def test_serves_the_tiny_model_behind_the_api_key(server: dict[str, Any]) -> None:
+    base = server["base"]
+    assert _get(f"{base}/v1/models")[0] == 401, "the endpoint must require the API key"
+    assert _get(f"{base}/v1/models", key="wrong-key")[0] == 401
+    code, models = _get(f"{base}/v1/models", key=KEY)
+    assert code == 200 and models["data"][0]["id"] == "tiny"
+    code, version = _get(f"{base}/version", key=KEY)
+    assert code == 200 and version["version"].startswith("0.30.0")
+    code, out = _get(
+        f"{base}/v1/completions",
+        key=KEY,
+        body={"model": "tiny", "prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0},
+    )
+    assert code == 200, out
+    assert out["usage"]["completion_tokens"] > 0 and out["choices"][0]["finish_reason"] in ("length", "stop")
+
+
+def test_runs_with_the_patch_set_applied(server: dict[str, Any]) -> None:
+    name = server["name"]
+    probe = (
+        "import json; from vfleet.commands.serve import patch_manifest, patch_names; "
+        "p, m = patch_manifest(); print(json.dumps({'path': str(p), 'names': patch_names(m or {})}))"
+    )
+    got = json.loads(dk("exec", name, "python3", "-c", probe).stdout)
+    assert {stem(n) for n in got["names"]} == {stem(n) for n in series_patches("cpu")}, got
+    text = logs(name)
+    assert f"patches   {len(series_patches('cpu'))} applied" in text, "the banner must list the patches"
+    assert "profile   tiny/cpu (VFLEET_PROFILE)" in text
+    # exec: vLLM is PID 1, so the container's signals reach it.
+    cmdline = dk("exec", name, "cat", "/proc/1/cmdline").stdout.replace("\0", " ")
+    assert "vllm serve --config" in cmdline, cmdline
+    assert KEY not in text and TOKEN not in text, "a secret reached the container log"
+
+
+def test_stops_on_sigterm_within_seconds(server: dict[str, Any]) -> None:
+    name = server["name"]
+    t0 = time.monotonic()
+    dk("kill", "--signal", "TERM", name)
+    dk("wait", name, timeout=60)
+    took = time.monotonic() - t0
+    state = inspect_container(name)
+    print(f"\nSIGTERM -> exit {state['ExitCode']} in {took:.1f} s")
+    assert took < 20, f"took {took:.1f} s to stop on SIGTERM"
+    assert state["ExitCode"] in (0, 143) and not state["OOMKilled"], state
+
+
+def test_a_missing_model_stops_the_container_with_a_clear_error(cpu_image: images.BuildResult) -> None:
+    name = f"vfleet-test-cpu-nomodel-{uuid.uuid4().hex[:8]}"
+    try:
+        proc = dk(
+            "run",
+            "--name",
+            name,
+            "--label",
+            "org.vfleet.managed=true",
+            "--env",
+            f"VLLM_API_KEY={KEY}",
+            "--env",
+            "VFLEET_PROFILE=tiny/cpu",
+            cpu_image.ref,
+            check=False,
+            timeout=120,
+        )
+        assert proc.returncode == 3, proc.stdout + proc.stderr
+        assert "model path /models/tiny does not exist in the container" in proc.stderr
+    finally:
+        dk("rm", "--force", name, check=False)
+
+
+def _scan(stream: Any, needles: list[bytes], found: dict[bytes, list[str]], where: str) -> None:
+    tail = b""
+    while chunk := stream.read(8 << 20):
+        buf = tail + chunk
+        for n in needles:
+            if n in buf and where not in found[n]:
+                found[n].append(where)
+        tail = buf[-64:]
+
+
+def test_no_secret_in_layers_labels_or_history(cpu_image: images.BuildResult) -> None:
+    ref = cpu_image.ref
+    needles = [TOKEN.encode(), KEY.encode(), b"vfleet_patch_manifest.json"]
+    found: dict[bytes, list[str]] = {n: [] for n in needles}
+    save = subprocess.Popen([docker_bin(), "save", ref], stdout=subprocess.PIPE)
+    assert save.stdout is not None
+    members = 0
+    with tarfile.open(fileobj=save.stdout, mode="r|") as tar:
+        for member in tar:
+            fh = tar.extractfile(member)
+            if fh is None:
+                continue
+            members += 1
+            _scan(fh, needles, found, member.name)
+    assert save.wait() == 0
+    meta = json.dumps(inspect(ref)) + dk("history", "--no-trunc", ref).stdout
+    for n in needles:
+        if n in meta.encode():
+            found[n].append("inspect/history")
+    # The scanner reads layer contents: the manifest file name is in the patched layer.
+    assert found[b"vfleet_patch_manifest.json"], f"scan saw {members} members but not the manifest"
+    assert not found[TOKEN.encode()], f"HF token found in {found[TOKEN.encode()]}"
+    assert not found[KEY.encode()], f"API key found in {found[KEY.encode()]}"
+
+
+def test_labels(cpu_image: images.BuildResult) -> None:
+    labels = inspect(cpu_image.ref)["Config"]["Labels"]
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    assert labels["org.opencontainers.image.revision"].startswith(head or "unknown")
+    assert labels["org.opencontainers.image.version"] == images.__version__
+    assert labels["org.vfleet.vllm.version"] == "0.30.0"
+    assert labels["org.vfleet.patches.digest"] == images.tree_digest([ROOT / "patches"], ROOT)
+    assert labels["org.vfleet.profiles.digest"] == images.tree_digest([ROOT / "serve_configs"], ROOT)

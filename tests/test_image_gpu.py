@@ -1,0 +1,124 @@
+"""Dockerfile.cuda and Dockerfile.rocm, built for real against a local stand-in of the pinned vLLM images.
+
+The stand-in (`vfleet image standin`) holds the real vLLM 0.30.0 Python tree in
+/usr/local/lib/python3.12/dist-packages/vllm, so the patch step runs on the real tree; the steps that
+need torch or a GPU are skipped with a notice. Needs dockerd (started here if absent).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from image_helpers import dk, drop_context, inspect, make_context, remove_images, series_patches, stem
+
+from vfleet import images
+from vfleet.dockerd import ensure_dockerd
+
+pytestmark = pytest.mark.slow
+SITE = "/usr/local/lib/python3.12/dist-packages"
+
+
+@pytest.fixture(scope="module")
+def standin() -> str:
+    ensure_dockerd()
+    return images.build_standin()
+
+
+@pytest.fixture
+def context() -> Iterator[Path]:
+    ctx = make_context(with_wheels=False)
+    yield ctx
+    drop_context(ctx)
+
+
+@pytest.mark.parametrize("family", ["cuda", "rocm"])
+def test_gpu_image_builds_on_the_standin(standin: str, context: Path, family: str) -> None:
+    ref = f"vfleet-test-{family}:standin"
+    try:
+        res = images.build_image(family, base=standin, tag=ref, context=context)
+        out = res.output
+        # The patch step found vLLM by asking Python, in the real image's layout.
+        assert f"Python reports vLLM in {SITE}; applying the patch set for {family}" in out
+        assert "NOTICE: no torch in this base (a stand-in?): skipped the import check" in out
+        assert "NOTICE: no GPU at build time" in out
+        manifest = json.loads(
+            dk("run", "--rm", "--entrypoint", "cat", ref, f"{SITE}/vllm/vfleet_patch_manifest.json").stdout
+        )
+        from vfleet.commands.serve import patch_names
+
+        listed = {stem(n) for n in patch_names(manifest)}
+        assert listed == {stem(n) for n in series_patches(family)}, "the manifest must list every patch"
+        labels = inspect(ref)["Config"]["Labels"]
+        assert labels["org.vfleet.family"] == family
+        assert labels["org.vfleet.vllm.version"] == "0.30.0"
+        for key in ("source", "revision", "created", "version"):
+            assert labels[f"org.opencontainers.image.{key}"] not in ("", "unknown"), key
+        assert labels["org.vfleet.patches.digest"].startswith("sha256:")
+        assert labels["org.vfleet.profiles.digest"].startswith("sha256:")
+        cfg = inspect(ref)["Config"]
+        assert cfg["Entrypoint"] == ["vfleet", "serve", "--"]
+        # Profiles and pins are baked in.
+        ls = dk("run", "--rm", "--entrypoint", "vfleet", ref, "profiles").stdout
+        assert "glm-5.3-flash/" in ls
+    finally:
+        remove_images(ref)
+
+
+def _break_first_hunk(patch: Path) -> None:
+    """Change one context line of the first hunk: the patch no longer applies without fuzz."""
+    lines = patch.read_text().splitlines(keepends=True)
+    in_hunk = False
+    for i, line in enumerate(lines):
+        if line.startswith("@@"):
+            in_hunk = True
+            continue
+        if in_hunk and line.startswith(" ") and line.strip():
+            lines[i] = " " + line[1:].rstrip("\n") + "  # vfleet-test: this line is not in vLLM 0.30.0\n"
+            patch.write_text("".join(lines))
+            return
+    raise AssertionError(f"{patch} has no context line to break")
+
+
+def test_a_broken_patch_fails_the_build_naming_the_patch(standin: str, context: Path) -> None:
+    victim = series_patches("cuda")[0]
+    _break_first_hunk(context / "patches" / victim)
+    ref = "vfleet-test-cuda:broken"
+    try:
+        with pytest.raises(images.BuildFailed) as err:
+            images.build_image("cuda", base=standin, tag=ref, context=context)
+        out = err.value.output
+        assert stem(victim) in out, f"the build output does not name the broken patch {victim}"
+        assert "the patch set did not apply" in out
+        assert dk("image", "inspect", ref, check=False).returncode != 0, "a failed build must leave no image"
+    finally:
+        remove_images(ref)
+
+
+def test_profile_only_change_rebuilds_one_thin_layer(standin: str, context: Path) -> None:
+    a, b = "vfleet-test-cuda:profiles-a", "vfleet-test-cuda:profiles-b"
+    try:
+        images.build_image("cuda", base=standin, tag=a, context=context)
+        path = context / "serve_configs" / "models" / "glm-5.3-flash" / "h200.yaml"
+        data = yaml.safe_load(path.read_text()) or {}
+        data.setdefault("vllm", {})["max-num-seqs"] = 96
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        res = images.build_image("cuda", base=standin, tag=b, context=context)
+        layers_a = inspect(a)["RootFS"]["Layers"]
+        layers_b = inspect(b)["RootFS"]["Layers"]
+        assert len(layers_a) == len(layers_b)
+        changed = [i for i, (x, y) in enumerate(zip(layers_a, layers_b, strict=True)) if x != y]
+        assert changed == [len(layers_a) - 1], f"layers {changed} changed; only the top one may"
+        assert "patches apply" not in res.output or "CACHED" in res.output
+        assert (
+            inspect(a)["Config"]["Labels"]["org.vfleet.profiles.digest"]
+            != inspect(b)["Config"]["Labels"]["org.vfleet.profiles.digest"]
+        )
+        top = [r for r in images.layers(b) if r["layer"] is not None][-1]
+        print(f"\nprofile-only change: 1 layer rebuilt, {top['size']:,} bytes ({top['created_by'][:60]})")
+        assert top["size"] < 1_000_000, "the profile layer must be thin"
+    finally:
+        remove_images(a, b)

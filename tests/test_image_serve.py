@@ -1,0 +1,177 @@
+"""`vfleet serve`, the image entrypoint: profile selection, secrets, preflight, banner, the vLLM argv.
+
+These run the real entrypoint code on this machine (no image needed) up to the exec, with --dry-run.
+The image tests (test_image_cpu.py) run it for real as PID 1 of the CPU image.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, ConfigTree
+
+from vfleet.cli import main
+
+KEY = "sk-test-serve-0123456789"
+
+
+def safetensors(path: Path, payload: bytes = b"") -> None:
+    header = json.dumps({"__metadata__": {"format": "pt"}}).encode()
+    path.write_bytes(struct.pack("<Q", len(header)) + header + payload)
+
+
+def model_dir(root: Path, shards: int = 1, index: bool = False) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text("{}")
+    names = (
+        [f"model-{i + 1:05d}-of-{shards:05d}.safetensors" for i in range(shards)] if index else ["model.safetensors"]
+    )
+    for n in names:
+        safetensors(root / n)
+    if index:
+        wm = {f"layer{i}.weight": n for i, n in enumerate(names)}
+        (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": wm}))
+    return root
+
+
+@pytest.fixture
+def serve_env(config_tree: ConfigTree, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """tiny/cpu with its model path pointed at a complete model directory under tmp_path."""
+    model = model_dir(tmp_path / "model")
+    config_tree.edit("models/tiny/model.yaml", lambda d: d["vllm"].__setitem__("model", str(model)))
+    for var in ("VLLM_API_KEY", "HF_TOKEN", "VFLEET_MODEL", "VFLEET_PLATFORM", "VFLEET_ALLOW_NO_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("VFLEET_PROFILE", "tiny/cpu")
+    monkeypatch.setenv("VFLEET_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setenv("VFLEET_SECRETS_DIR", str(tmp_path / "secrets"))
+    return model
+
+
+def test_dry_run_renders_the_profile_and_passes_extra_args_last(
+    serve_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setenv("VLLM_API_KEY", KEY)
+    assert main(["serve", "--dry-run", "--", "--max-num-seqs", "4"]) == 0
+    out, err = capsys.readouterr()
+    argv = shlex.split(out.strip().splitlines()[-1])
+    config = tmp_path / "run" / "vllm-config.yaml"
+    assert argv[:4] == ["vllm", "serve", "--config", str(config)]
+    assert argv[-2:] == ["--max-num-seqs", "4"], "extra docker-run arguments must come last, so they win"
+    rendered = yaml.safe_load(config.read_text())
+    assert rendered["model"] == str(serve_env) and rendered["served-model-name"] == "tiny"
+    assert "profile   tiny/cpu (VFLEET_PROFILE)" in err
+    assert "required (VLLM_API_KEY from environment)" in err
+    assert "1 shard(s) complete" in err
+    assert KEY not in out + err, "the API key must never be printed"
+
+
+def test_api_key_is_required_by_default(serve_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--dry-run"]) == 3
+    err = capsys.readouterr().err
+    assert "no API key" in err and "VLLM_API_KEY" in err and "--env-file" in err
+
+
+def test_api_key_from_a_secret_file(serve_env: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "vllm_api_key").write_text(KEY + "\n")
+    assert main(["serve", "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert f"secret file {tmp_path / 'secrets' / 'vllm_api_key'}" in err
+    assert KEY not in out + err
+
+
+def test_missing_model_fails_before_anything_else(config_tree: ConfigTree, tmp_path: Path) -> None:
+    """As the image runs it: a fresh process, the real CLI, no weights mounted at the profile's path."""
+    missing = tmp_path / "not-mounted"
+    config_tree.edit("models/tiny/model.yaml", lambda d: d["vllm"].__setitem__("model", str(missing)))
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "VFLEET_SERVE_CONFIGS": str(config_tree.root),
+        "VFLEET_PROFILE": "tiny/cpu",
+        "VLLM_API_KEY": KEY,
+        "VFLEET_RUN_DIR": str(tmp_path / "run"),
+        "HOME": str(tmp_path),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "vfleet", "serve"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert f"model path {missing} does not exist" in proc.stderr
+    assert "--volume HOST_DIR:" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists(), "nothing may be rendered before the preflight passes"
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("drop-shard", "the index names 3 shards, the directory has 2"),
+        ("extra-shard", "not in the index 1"),
+        ("truncate", "truncated safetensors shard"),
+        ("no-config", "has no config.json"),
+    ],
+)
+def test_incomplete_model_is_refused(
+    serve_env: Path,
+    config_tree: ConfigTree,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    damage: str,
+    message: str,
+) -> None:
+    model = model_dir(tmp_path / "sharded", shards=3, index=True)
+    config_tree.edit("models/tiny/model.yaml", lambda d: d["vllm"].__setitem__("model", str(model)))
+    monkeypatch.setenv("VLLM_API_KEY", KEY)
+    assert main(["serve", "--dry-run"]) == 0, "the intact sharded model must pass"
+    capsys.readouterr()
+    if damage == "drop-shard":
+        (model / "model-00002-of-00003.safetensors").unlink()
+    elif damage == "extra-shard":
+        safetensors(model / "model-00009-of-00009.safetensors")
+    elif damage == "truncate":
+        safetensors(model / "model-00003-of-00003.safetensors")
+        data = (model / "model-00003-of-00003.safetensors").read_bytes()
+        (model / "model-00003-of-00003.safetensors").write_bytes(data[:-5])
+    else:
+        (model / "config.json").unlink()
+    assert main(["serve", "--dry-run"]) == 3
+    assert message in capsys.readouterr().err
+
+
+def test_shm_too_small_is_refused(
+    serve_env: Path, config_tree: ConfigTree, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_tree.edit("platforms/cpu.yaml", lambda d: d["runtime"].__setitem__("min_shm_bytes", 2**50))
+    monkeypatch.setenv("VLLM_API_KEY", KEY)
+    assert main(["serve", "--dry-run"]) == 3
+    err = capsys.readouterr().err
+    assert "/dev/shm is" in err and "--shm-size 1g" in err
+
+
+def test_gpu_profile_on_a_host_without_gpus_is_refused(
+    serve_env: Path, config_tree: ConfigTree, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """This machine has no GPU: a ROCm profile must stop at preflight, naming the device options."""
+    config_tree.edit("models/glm-5.3-flash/model.yaml", lambda d: d["vllm"].__setitem__("model", str(serve_env)))
+    config_tree.edit("platforms/mi355x.yaml", lambda d: d["runtime"].__setitem__("min_shm_bytes", 0))
+    monkeypatch.setenv("VFLEET_PROFILE", "glm-5.3-flash/mi355x")
+    monkeypatch.setenv("VLLM_API_KEY", KEY)
+    if Path("/dev/kfd").exists():
+        pytest.skip("this host has /dev/kfd")
+    assert main(["serve", "--dry-run"]) == 3
+    err = capsys.readouterr().err
+    assert "no /dev/kfd" in err and "--device /dev/kfd --device /dev/dri --group-add video" in err

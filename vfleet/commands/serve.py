@@ -1,0 +1,294 @@
+"""`vfleet serve [-- VLLM_ARGS...]`: the image entrypoint. Select the profile, check the node, exec vLLM.
+
+1. Profile: VFLEET_PROFILE=MODEL/PLATFORM, or VFLEET_MODEL plus the detected GPUs (VFLEET_PLATFORM
+   overrides the detection).
+2. Secrets: VLLM_API_KEY and HF_TOKEN from the environment (docker run --env-file) or from a secret file
+   (/run/secrets/vllm_api_key, /run/secrets/hf_token). An API key is required unless
+   VFLEET_ALLOW_NO_API_KEY=1.
+3. Preflight, before any GPU work: the model directory is present and complete (every shard that
+   model.safetensors.index.json names is there, and no other), /dev/shm is large enough, the GPUs are
+   visible and of the profile's architecture.
+4. A one-screen banner (image, base, patches, profile, arguments), then exec of `vllm serve --config`
+   with the rendered profile, so that vLLM becomes this process and gets the container's signals.
+   Arguments after `--` (the extra `docker run` arguments) are passed to vLLM last, so they win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shlex
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+from vfleet.errors import VfleetError
+from vfleet.profiles import Profile
+
+SECRET_NAMES = ("VLLM_API_KEY", "HF_TOKEN")
+MANIFEST = "vfleet_patch_manifest.json"
+
+
+class PreflightError(VfleetError):
+    """The node or the mounts are not ready to serve this profile."""
+
+    exit_code = 3
+
+
+def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help="image entrypoint: preflight, banner, exec vLLM",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the banner and the command; do not exec")
+    p.add_argument("vllm_args", nargs=argparse.REMAINDER, help="after --: extra arguments for vllm serve")
+    return p
+
+
+# -- secrets --------------------------------------------------------------------------------------
+
+
+def load_secrets(env: dict[str, str]) -> dict[str, str]:
+    """Fill VLLM_API_KEY / HF_TOKEN from secret files where the environment lacks them; returns sources."""
+    secrets_dir = Path(env.get("VFLEET_SECRETS_DIR", "/run/secrets"))
+    sources: dict[str, str] = {}
+    for name in SECRET_NAMES:
+        if env.get(name):
+            sources[name] = "environment"
+            continue
+        f = secrets_dir / name.lower()
+        if f.is_file():
+            value = f.read_text().strip()
+            if value:
+                env[name] = value
+                sources[name] = f"secret file {f}"
+    return sources
+
+
+# -- preflight ------------------------------------------------------------------------------------
+
+
+def _safetensors_ok(path: Path) -> bool:
+    """The file holds at least the header its first 8 bytes announce (catches truncated downloads)."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            head = fh.read(8)
+    except OSError:
+        return False
+    if len(head) < 8:
+        return False
+    (hlen,) = struct.unpack("<Q", head)
+    return bool(size >= 8 + hlen)
+
+
+def check_model(model: str) -> str:
+    """The model directory is there and complete. Returns a one-line summary."""
+    path = Path(model)
+    mount = f"mount the weights there: docker run --volume HOST_DIR:{model}:ro (vfleet render shows the line)"
+    if not path.exists():
+        raise PreflightError(f"model path {model} does not exist in the container; {mount}")
+    if not path.is_dir():
+        raise PreflightError(f"model path {model} is not a directory; {mount}")
+    if not (path / "config.json").is_file():
+        raise PreflightError(f"model path {model} has no config.json: not a model directory, or an incomplete copy")
+    on_disk = sorted(p.name for p in path.glob("*.safetensors"))
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            wanted = sorted(set(weight_map.values()))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PreflightError(f"{index}: not a safetensors index ({exc}); re-download the model") from exc
+        missing = [s for s in wanted if s not in on_disk]
+        extra = [s for s in on_disk if s not in wanted]
+        if missing or extra:
+            detail = []
+            if missing:
+                detail.append(f"missing {len(missing)}: {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}")
+            if extra:
+                detail.append(f"not in the index {len(extra)}: {', '.join(extra[:4])}")
+            raise PreflightError(
+                f"model {model} is incomplete: the index names {len(wanted)} shards, the directory has "
+                f"{len(on_disk)} ({'; '.join(detail)}); finish or redo the download"
+            )
+        shards = wanted
+    else:
+        if not on_disk:
+            raise PreflightError(f"model path {model} has no *.safetensors weights and no index; {mount}")
+        shards = on_disk
+    bad = [s for s in shards if not _safetensors_ok(path / s)]
+    if bad:
+        raise PreflightError(f"model {model}: truncated safetensors shard(s): {', '.join(bad[:4])}; re-download them")
+    return f"model {model}: {len(shards)} shard(s) complete"
+
+
+def check_shm(profile: Profile, shm: Path = Path("/dev/shm")) -> str:
+    need = profile.platform.runtime.min_shm_bytes
+    try:
+        st = os.statvfs(shm)
+    except OSError as exc:
+        raise PreflightError(f"{shm} is not available ({exc.strerror}); run with --ipc=host or --shm-size") from exc
+    have = st.f_blocks * st.f_frsize
+    if have < need:
+        hint = profile.platform.runtime.shm_size or f"{-(-need // 2**30)}g"
+        raise PreflightError(
+            f"/dev/shm is {have / 2**20:.0f} MiB, profile {profile.name} needs at least "
+            f"{need / 2**20:.0f} MiB: "
+            f"run with --ipc=host or --shm-size {hint}"
+        )
+    return f"shm {have / 2**20:.0f} MiB >= {need / 2**20:.0f} MiB"
+
+
+def check_gpus(profile: Profile) -> str:
+    from vfleet.detect import detect_host
+
+    plat = profile.platform
+    if plat.gpus == 0:
+        return "GPUs: none needed"
+    if plat.vendor == "amd" and not Path("/dev/kfd").exists():
+        raise PreflightError(
+            f"no /dev/kfd in the container: profile {profile.name} needs AMD GPUs; run with "
+            "--device /dev/kfd --device /dev/dri --group-add video"
+        )
+    host = detect_host()
+    fix = "--gpus all" if plat.vendor == "nvidia" else "--device /dev/kfd --device /dev/dri --group-add video"
+    if host.vendor != plat.vendor:
+        raise PreflightError(
+            f"profile {profile.name} needs {plat.vendor} {plat.arch} GPUs, but the container sees "
+            f"{host.describe()}; "
+            f"run with {fix}, or pick the profile of this node (VFLEET_PROFILE)"
+        )
+    if host.arch != plat.arch:
+        raise PreflightError(
+            f"profile {profile.name} is for {plat.arch}, but the GPUs here are {host.arch} "
+            f"({host.describe()}); "
+            "set VFLEET_PROFILE to this node's profile"
+        )
+    need = profile.gpus_needed()
+    if host.count < need:
+        raise PreflightError(f"profile {profile.name} needs {need} GPUs; the container sees {host.count}")
+    return f"GPUs: {host.describe()}"
+
+
+# -- banner ---------------------------------------------------------------------------------------
+
+
+def patch_manifest() -> tuple[Path | None, dict[str, Any] | None]:
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return None, None
+    path = Path(next(iter(spec.submodule_search_locations))) / MANIFEST
+    if not path.is_file():
+        return path, None
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except ValueError:
+        return path, None
+    return path, data
+
+
+def patch_names(manifest: dict[str, Any]) -> list[str]:
+    items = manifest.get("patches", [])
+    names: list[str] = []
+    if isinstance(items, dict):
+        return sorted(str(k) for k in items)
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict):
+            names.append(str(item.get("name") or item.get("file") or item.get("patch") or item))
+        else:
+            names.append(str(item))
+    return names
+
+
+def banner(
+    profile: Profile,
+    argv: list[str],
+    checks: list[str],
+    secrets: dict[str, str],
+    how: str,
+    env_over: list[str],
+) -> str:
+    path, manifest = patch_manifest()
+    if manifest is None:
+        patches = f"NONE: no manifest at {path} (this vLLM is not patched by vfleet)"
+    else:
+        names = patch_names(manifest)
+        patches = f"{len(names)} applied on vLLM {manifest.get('base_version', manifest.get('base', '?'))}: " + (
+            ", ".join(names) or "(none)"
+        )
+    api = secrets.get("VLLM_API_KEY")
+    auth = f"required (VLLM_API_KEY from {api})" if api else "NOT required (VFLEET_ALLOW_NO_API_KEY=1)"
+    lines = [
+        "=" * 100,
+        f"vfleet serve  image {os.environ.get('VFLEET_IMAGE', '(not in an image)')}  "
+        f"revision {os.environ.get('VFLEET_REVISION', '?')}",
+        f"  base      {os.environ.get('VFLEET_BASE_IMAGE', '?')}",
+        f"  patches   {patches}",
+        f"  profile   {profile.name} ({how}); {', '.join(profile.sources)}",
+        f"  preflight {'; '.join(checks)}",
+        f"  auth      {auth}; HF token {'set' if 'HF_TOKEN' in secrets else 'not set'}",
+        f"  env       {' '.join(f'{k}={v}' for k, v in sorted(profile.env.items()))}",
+    ]
+    if env_over:
+        lines.append(f"  env kept  {' '.join(env_over)} (set by docker run, wins over the profile)")
+    lines.append(f"  exec      {shlex.join(argv)}")
+    lines.append("=" * 100)
+    return "\n".join(lines)
+
+
+# -- run ------------------------------------------------------------------------------------------
+
+
+def prepare(extra: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str], str]:
+    """Everything up to the exec: returns (argv, environment, banner). Raises on any failed check."""
+    from vfleet.detect import select
+    from vfleet.profiles import Catalog
+    from vfleet.rules import enforce
+    from vfleet.vllm_args import serve_argv, write_config
+
+    secrets = load_secrets(env)
+    profile = select(Catalog(), env.get("VFLEET_MODEL", ""), env=env)
+    how = (
+        "VFLEET_PROFILE"
+        if env.get("VFLEET_PROFILE")
+        else ("VFLEET_PLATFORM" if env.get("VFLEET_PLATFORM") else "detected")
+    )
+    enforce(profile)
+    if "VLLM_API_KEY" not in secrets and "--api-key" not in extra and env.get("VFLEET_ALLOW_NO_API_KEY") != "1":
+        raise PreflightError(
+            "no API key: the endpoint requires one by default. Put VLLM_API_KEY=... in the env file "
+            "(docker run --env-file /etc/vfleet/secrets.env) or mount it as /run/secrets/vllm_api_key; "
+            "set VFLEET_ALLOW_NO_API_KEY=1 only for a closed test network"
+        )
+    # Model first: a missing model must stop the container before anything touches a GPU.
+    checks = [check_model(str(profile.vllm["model"])), check_shm(profile), check_gpus(profile)]
+    run_dir = Path(env.get("VFLEET_RUN_DIR", "/tmp/vfleet"))
+    config = write_config(profile, run_dir / "vllm-config.yaml")
+    argv = serve_argv(config, profile, extra)
+    env_over = [k for k in profile.env if k in env and env[k] != profile.env[k]]
+    out_env = {**env, **{k: v for k, v in profile.env.items() if k not in env_over}}
+    text = banner(profile, argv, checks, secrets, how, env_over)
+    return argv, out_env, text
+
+
+def run(args: argparse.Namespace) -> int:
+    extra = list(args.vllm_args)
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    env = dict(os.environ)
+    argv, out_env, text = prepare(extra, env)
+    print(text, file=sys.stderr, flush=True)
+    if args.dry_run:
+        print(shlex.join(argv))
+        return 0
+    try:
+        os.execvpe(argv[0], argv, out_env)
+    except OSError as exc:
+        raise PreflightError(f"cannot start {argv[0]}: {exc.strerror}; is vLLM installed in this image?") from exc
+    return 1  # not reached

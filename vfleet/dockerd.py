@@ -1,0 +1,115 @@
+"""A Docker daemon for builds and tests: use the running one, or install and start one.
+
+CI is a clean machine: `docker.io` may be missing (only a client may be on PATH), and nothing starts
+dockerd. `ensure_dockerd()` makes one available on the default socket, installing `docker.io` with
+apt-get when it is root and `dockerd` is absent. A file lock keeps two callers from starting two
+daemons. The daemon is left running for later callers; it belongs to no test.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from vfleet.errors import VfleetError
+
+LOCK = Path("/tmp/vfleet-dockerd.lock")
+LOG = Path("/tmp/vfleet-dockerd.log")
+SOCKET = Path("/var/run/docker.sock")
+# The Debian client (20.10) builds with BuildKit itself; newer clients need the buildx plugin for it.
+DEBIAN_CLIENT = Path("/usr/bin/docker")
+
+
+class DockerError(VfleetError):
+    """Docker is missing, not running, or a docker command failed."""
+
+
+def docker_bin() -> str:
+    """The client that builds with BuildKit: Debian's 20.10 client if present, else `docker` on PATH."""
+    if DEBIAN_CLIENT.exists():
+        return str(DEBIAN_CLIENT)
+    found = shutil.which("docker")
+    if found is None:
+        raise DockerError("no docker client: install docker.io (apt-get install -y docker.io)")
+    return found
+
+
+def daemon_up() -> bool:
+    client = shutil.which("docker") or (str(DEBIAN_CLIENT) if DEBIAN_CLIENT.exists() else None)
+    if client is None:
+        return False
+    try:
+        proc = subprocess.run(
+            [client, "info", "--format", "{{.ServerVersion}}"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0 and bool(proc.stdout.strip())
+
+
+def _install_docker_io() -> None:
+    if os.geteuid() != 0:
+        raise DockerError("dockerd is not installed and this is not root: run `apt-get install -y docker.io`")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "docker.io"]):
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+        if proc.returncode != 0:
+            raise DockerError(f"`{' '.join(argv)}` failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")
+
+
+def ensure_dockerd(timeout: float = 90.0) -> str:
+    """Make sure a Docker daemon answers on the default socket; returns how it was found."""
+    if daemon_up() and buildkit_client_ok():
+        return "running"
+    LOCK.touch(exist_ok=True)
+    with LOCK.open() as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        if daemon_up() and buildkit_client_ok():
+            return "running"
+        if shutil.which("dockerd") is None or not DEBIAN_CLIENT.exists():
+            _install_docker_io()
+        if daemon_up():
+            return "running"
+        with LOG.open("ab") as log:
+            subprocess.Popen(
+                ["dockerd", "--host", f"unix://{SOCKET}"],
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if daemon_up():
+                return "started"
+            time.sleep(1)
+    tail = LOG.read_text(errors="replace")[-1500:] if LOG.exists() else ""
+    raise DockerError(f"dockerd did not answer within {timeout:.0f} s; its log ({LOG}) ends with:\n{tail}")
+
+
+def buildkit_client_ok() -> bool:
+    return DEBIAN_CLIENT.exists() or shutil.which("docker-buildx") is not None
+
+
+def docker(
+    *args: str,
+    check: bool = True,
+    capture: bool = True,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run one docker command; on failure raise DockerError with the command and its stderr."""
+    argv = [docker_bin(), *args]
+    proc = subprocess.run(argv, capture_output=capture, text=True, env=env, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        err = (proc.stderr or "").strip()[-2000:] if capture else "(see output above)"
+        raise DockerError(f"`docker {' '.join(args[:3])} ...` failed ({proc.returncode}): {err}")
+    return proc
