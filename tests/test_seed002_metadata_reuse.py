@@ -418,21 +418,45 @@ def test_builder_rejection_falls_back(reuse_on: None) -> None:
         assert diff_metadata(expected[i], got[f"layers.{i}.kda"]) == []
 
 
+class PerGroupCopies(MambaHybridAttnMetadata):
+    """Model-specific metadata that hands each group its own copy of
+    is_prefilling: equal values, but not the same batch tensor."""
+
+    def get_extra_common_attn_kwargs(self, kv_cache_group_id: int, num_reqs: int) -> dict[str, Any]:
+        return {"is_prefilling": self.is_prefilling[:num_reqs].clone()}
+
+
 def test_different_batch_inputs_fall_back(reuse_on: None) -> None:
     cfg = make_config(num_spec=2)
     batch = Batch(num_reqs=8, query_len=3, context=4096, num_spec=2)
     backend, _ = BACKENDS["nvidia"]
     spec = make_spec(cfg, 2)
+    expected = independent_builds(backend, cfg, spec, batch)
     groups = make_groups(backend, cfg, spec)
     attn_utils.share_metadata_reuse_buffers(groups)
-    b0 = groups[0][0].get_metadata_builder(0)
-    b1 = groups[1][0].get_metadata_builder(0)
-    m0 = b0.build(0, batch.common(0), **batch.build_kwargs())
-    other = batch.common(1)
-    other.seq_lens = batch.seq_lens.clone()  # equal values, another tensor
-    assert not attn_utils._same_batch_inputs(batch.common(0), other)
-    assert attn_utils._same_batch_inputs(batch.common(0), batch.common(1))
-    assert b1.can_reuse_metadata(b0, m0, batch.common(1), **batch.build_kwargs())
+    counter = count_builds(groups)
+    got = attn_utils.build_attn_metadata(
+        attn_groups=groups,
+        num_reqs=batch.num_reqs,
+        num_tokens=batch.num_tokens,
+        query_start_loc_gpu=batch.query_start_loc,
+        query_start_loc_cpu=batch.query_start_loc_cpu,
+        max_query_len=batch.max_query_len,
+        seq_lens=batch.seq_lens,
+        max_seq_len=batch.max_seq_len,
+        block_tables=batch.block_tables,
+        slot_mappings=batch.slot_mappings,
+        kv_cache_config=kv_cache_config(spec),
+        seq_lens_cpu_upper_bound=batch.seq_lens_cpu,
+        model_specific_attn_metadata=PerGroupCopies(
+            is_prefilling=batch.is_prefilling,
+            num_accepted_tokens=batch.num_accepted_tokens,
+            num_decode_draft_tokens_cpu=batch.num_decode_draft_tokens_cpu,
+        ),
+    )
+    assert counter[0] == NUM_GROUPS
+    for i in range(NUM_GROUPS):
+        assert diff_metadata(expected[i], got[f"layers.{i}.kda"]) == []
 
 
 def test_escape_hatch_env_var_disables_reuse(monkeypatch: pytest.MonkeyPatch) -> None:
