@@ -4,6 +4,8 @@ writer, promotion rules, and the tiny model build."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ from vfleet.errors import VfleetError
 from vfleet.profiles import IntegritySpec
 from vfleet.verify import promotion, report
 from vfleet.verify.cacheprobe import ProbeSetupError, plan_fillers
-from vfleet.verify.metrics import Metrics, finishes, prefix_hits
+from vfleet.verify.metrics import Metrics, finishes, prefix_hits, unexpected_finishes
 
 METRICS = Path(__file__).parent / "fixtures" / "metrics" / "h200-graph.txt"
 DIGEST = "sha256:" + "ab" * 32
@@ -27,6 +29,18 @@ def test_metrics_from_a_real_server() -> None:
     assert prefix_hits(m) == (77158.0, 29136.0)
     f = finishes(m)
     assert f["length"] == 220.0 and f["error"] == 0.0 and f["abort"] == 0.0
+
+
+@pytest.mark.parametrize("reason", ["abort", "error"])
+def test_finish_check_on_recorded_metrics(reason: str) -> None:
+    text = METRICS.read_text()
+    assert unexpected_finishes(Metrics(text)) is None
+    line = f'vllm:request_success_total{{engine="0",finished_reason="{reason}",model_name="m"}} 0.0'
+    assert line in text
+    faulty = Metrics(text.replace(line, line.replace(" 0.0", " 3.0")))
+    msg = unexpected_finishes(faulty, Metrics(text))
+    assert msg is not None and "expected no error and no abort finishes" in msg
+    assert ("saw 3 error and 0 abort" if reason == "error" else "saw 0 error and 3 abort") in msg, msg
 
 
 def test_cache_pool_missing_is_a_clear_error() -> None:
@@ -126,3 +140,32 @@ def test_integrity_fillers_are_sized_from_the_pool() -> None:
     # tiny/cpu: 64 x 128.
     size, count = plan_fillers(64 * 128, 128, 2048, spec)
     assert (size, count) == (512, 24)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--url", "http://127.0.0.1:9", "--profile", "tiny/nope"], "not served on 'nope'"),
+        (["--url", "127.0.0.1:9", "--profile", "tiny/cpu"], "expected http://HOST:PORT"),
+        (["--url", "http://127.0.0.1:9", "--profile", "tiny/cpu", "--log", "/nonexistent.log"], "no such file"),
+    ],
+)
+def test_verify_bad_input_is_one_clear_line(args: list[str], words: str, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "vfleet", "verify", *args, "--out", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "r").exists()  # nothing half-built
+
+
+def test_verify_against_a_dead_server_fails_the_gate(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "vfleet", "verify", "--url", "http://127.0.0.1:9", "--profile", "tiny/cpu",
+         "-k", "test_health", "--out", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr
+    rep = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert rep["passed"] is False and rep["counts"]["failed"] >= 1

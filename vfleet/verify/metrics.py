@@ -85,3 +85,20 @@ def prefix_hits(m: Metrics) -> tuple[float, float]:
 def finishes(m: Metrics) -> dict[str, float]:
     """Finished requests by reason (stop, length, abort, error, ...)."""
     return m.by_label("vllm:request_success_total", "finished_reason")
+
+
+def unexpected_finishes(now: Metrics, before: Metrics | None = None) -> str | None:
+    """None when there is no error and no abort finish; else what was seen (expected none: boot-verify
+    runs before the server takes traffic and its own requests all run to their stop or length limit).
+    A client that hangs up is not counted here by vLLM 0.30 (the front end drops the request without a
+    finish record), so an abort finish comes from the engine itself."""
+    f = finishes(now)
+    b = finishes(before) if before is not None else {}
+    errors, aborts = f.get("error", 0.0), f.get("abort", 0.0)
+    if errors == 0 and aborts == 0:
+        return None
+    return (
+        f"expected no error and no abort finishes (the suite causes none); saw {errors:.0f} error and "
+        f"{aborts:.0f} abort finishes ({b.get('error', 0.0):.0f} and {b.get('abort', 0.0):.0f} before the "
+        f"suite); all finishes: {f}"
+    )

@@ -6,13 +6,15 @@ from __future__ import annotations
 import datetime as dt
 import getpass
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from vfleet.errors import VfleetError
 from vfleet.verify.runner import image_digest
 
-DEFAULT_REGISTRY = Path("reports") / "promotions.jsonl"
+#: The registry: VFLEET_PROMOTIONS, else reports/promotions.jsonl under the current directory.
+DEFAULT_REGISTRY = Path(os.environ.get("VFLEET_PROMOTIONS", str(Path("reports") / "promotions.jsonl")))
 DEFAULT_REPORTS = Path("reports")
 
 
