@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Seed 002 metadata-reuse benchmark on a GPU machine (NVIDIA H200: torch + triton, no vLLM).
+#
+# Prepare here (CPU machine), once: a Python-only patched vLLM tree (47 MB), packed (8 MB) to carry:
+#   rm -rf .cache/seed002-tree && .venv/bin/python benchmarks/bench_metadata_reuse.py --export-tree .cache/seed002-tree
+#   tar -C .cache -czf .cache/seed002-tree.tgz seed002-tree
+# Then run on the device (repo root), carrying the archive:
+#   run(command="bash benchmarks/device_seed002.sh", carry=[".cache/seed002-tree.tgz"], timeout_s=600)
+#
+# The benchmark needs vLLM's own Python dependencies to import the Kimi-K3 KDA builders; if the
+# machine lacks them it says which, writes that to $OUT, and exits 3 (no figures are made up).
+set -u
+TREE=${SEED002_TREE:-.cache/seed002-tree}
+OUT=${OUT:-/tmp/seed002-out}
+mkdir -p "$OUT"
+if [ ! -d "$TREE/vllm" ] && [ -f .cache/seed002-tree.tgz ]; then
+  mkdir -p /tmp/seed002 && tar -C /tmp/seed002 -xzf .cache/seed002-tree.tgz && TREE=/tmp/seed002/seed002-tree
+fi
+PY=${PYTHON:-python3}
+{
+  echo "== machine"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+  "$PY" -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)' 2>&1
+  if [ ! -d "$TREE/vllm" ]; then
+    echo "no patched tree at $TREE/vllm: export it first (see the top of this script) and carry it"; exit 2
+  fi
+  echo "== vLLM dependencies the builders import"
+  "$PY" - <<'PYEOF'
+import importlib
+missing = []
+for name in ("pydantic", "transformers", "msgspec", "cachetools", "psutil", "regex", "cbor2", "typing_extensions", "blake3", "openai", "fastapi"):
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        missing.append(f"{name} ({type(exc).__name__})")
+print("missing:", ", ".join(missing) if missing else "none")
+PYEOF
+  echo "== benchmark (NVIDIA KDA builder; eager and full-cudagraph buffers; AMD builder for reference)"
+  VLLM_TARGET_DEVICE=cuda "$PY" benchmarks/bench_metadata_reuse.py --tree "$TREE" --device cuda \
+    --kinds nvidia,amd --graph eager,full --repeats 300
+  echo "rc=$?"
+} 2>&1 | tee "$OUT/seed002_bench.txt"
+exit "${PIPESTATUS[0]}"
