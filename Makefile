@@ -4,7 +4,7 @@ VENV ?= .venv
 V := $(VENV)/bin
 STAMP := $(VENV)/.vfleet-bootstrap
 
-.PHONY: help venv test lint check profiles demo boot-verify image
+.PHONY: help venv test lint check profiles demo boot-verify image rollout rollback fleet-verify fleet-status fleet-up fleet-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -34,3 +34,24 @@ boot-verify: $(STAMP) ## verify a live server: URL=http://node:8000 PROFILE=mode
 
 image: $(STAMP) ## build an image: FAMILY=cpu|cuda|rocm [STANDIN=1 for the local GPU stand-in base]
 	$(V)/vfleet image build --family $(or $(FAMILY),cpu) $(if $(STANDIN),--standin)
+
+INVENTORY ?= ansible/inventories/example
+FLEET_WHERE = $(if $(FLEET),--name $(FLEET),--inventory $(INVENTORY))
+
+rollout: $(STAMP) ## roll the fleet onto IMAGE=ref: canary, then batches [INVENTORY=dir|FLEET=test-fleet] [BATCH=n]
+	$(V)/vfleet fleet rollout $(FLEET_WHERE) --image $(IMAGE) $(if $(BATCH),--batch-size $(BATCH))
+
+rollback: $(STAMP) ## roll the fleet back to each node's previous image [IMAGE=ref to name one]
+	$(V)/vfleet fleet rollback $(FLEET_WHERE) $(if $(IMAGE),--image $(IMAGE))
+
+fleet-verify: $(STAMP) ## boot-verify every running node of the fleet
+	$(V)/vfleet fleet verify $(FLEET_WHERE)
+
+fleet-status: $(STAMP) ## what runs where: image digest, profile, health
+	$(V)/vfleet fleet status $(FLEET_WHERE)
+
+fleet-up: $(STAMP) ## start a test fleet of Docker-in-Docker nodes + registry: FLEET=name [NODES=3]
+	$(V)/vfleet fleet up --name $(or $(FLEET),dev) --nodes $(or $(NODES),3)
+
+fleet-down: $(STAMP) ## remove a test fleet (by label): FLEET=name
+	$(V)/vfleet fleet down --name $(or $(FLEET),dev)

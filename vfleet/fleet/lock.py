@@ -56,18 +56,20 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def owner_process(start: int | None = None) -> int:
-    """The pid that owns this run: the nearest `ansible-playbook` ancestor, else our parent."""
+    """The pid that owns this run: the topmost `ansible-playbook` ancestor (its task workers are
+    forks with the same command line, and short-lived), else our parent."""
     pid = start or os.getpid()
+    found = 0
     seen = 0
     while pid > 1 and seen < 64:
         if any(os.path.basename(a) == "ansible-playbook" for a in _cmdline(pid)[:2]):
-            return pid
+            found = pid
         stat = _proc_stat(pid)
         if stat is None:
             break
         pid = stat[0]
         seen += 1
-    return os.getppid()
+    return found or os.getppid()
 
 
 def _alive(holder: Holder) -> bool:

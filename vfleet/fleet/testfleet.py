@@ -71,6 +71,22 @@ class Fleet:
         docker("push", alias, timeout=1800)
         return f"{self.registry_addr}/{repo_tag}"
 
+    def pull_bytes(self, repo_tag: str, have_image_id: str, node: str) -> int:
+        """Compressed bytes a pull of REPO_TAG transfers to NODE, which holds image HAVE_IMAGE_ID:
+        the sizes (from the registry manifest) of the layers whose content the node lacks."""
+        repo, tag = repo_tag.rsplit(":", 1)
+        base = f"http://{self.registry_local}/v2/{repo}"
+        req = urllib.request.Request(f"{base}/manifests/{tag}", headers={
+            "Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            manifest = json.loads(resp.read())
+        with urllib.request.urlopen(f"{base}/blobs/{manifest['config']['digest']}", timeout=30) as resp:
+            diff_ids = json.loads(resp.read())["rootfs"]["diff_ids"]
+        out = self.node_docker(node, "image", "inspect", have_image_id, check=False)
+        have = set(json.loads(out)[0]["RootFS"]["Layers"]) if out.strip() else set()
+        return sum(int(layer["size"]) for layer, diff in zip(manifest["layers"], diff_ids, strict=True)
+                   if diff not in have)
+
     def node(self, name: str) -> Node:
         for n in self.nodes:
             if n.name == name or n.name.endswith(f"-{name}"):
@@ -131,17 +147,19 @@ def _wait_dockerd(container: str, timeout: float = 90) -> None:
     raise VfleetError(f"dockerd in fleet node {container} did not start in {timeout:.0f} s:\n{log}")
 
 
-def write_inventory(fleet: Fleet, profile: str, group: str, extra_vars: dict[str, Any] | None = None) -> Path:
-    hosts = {n.name: {"vfleet_node_address": n.ip} for n in fleet.nodes}
+def write_inventory(fleet: Fleet, profile: str = "tiny/cpu", group: str = "cpu_x86",
+                    extra_vars: dict[str, Any] | None = None,
+                    host_vars: dict[str, dict[str, Any]] | None = None) -> Path:
+    hosts = {n.name: {"vfleet_node_address": n.ip, **(host_vars or {}).get(n.name, {})} for n in fleet.nodes}
     doc = {
         "all": {
+            # Fleet-wide: the lock play runs on the controller (localhost), outside vfleet_nodes.
+            "vars": {"vfleet_fleet_name": fleet.name, "vfleet_lock_dir": str(fleet.dir / "locks")},
             "children": {
                 "vfleet_nodes": {
                     "vars": {
                         "ansible_connection": "community.docker.docker",
                         "ansible_python_interpreter": "/usr/bin/python3",
-                        "vfleet_fleet_name": fleet.name,
-                        "vfleet_lock_dir": str(fleet.dir / "locks"),
                         "vfleet_node_min_free_gb": 1,
                         **(extra_vars or {}),
                     },
