@@ -18,11 +18,14 @@ import json
 import os
 import socket
 import sys
+import tempfile
 import types
 from pathlib import Path
 from typing import Any
 
 MAX_MODEL_LEN = 1_048_576
+#: holds the config.json of the (weightless) model the VllmConfig is built for; removed at exit
+_TMP = tempfile.TemporaryDirectory(prefix="vfleet-probe-model-")
 KPOOL = 4
 
 
@@ -63,8 +66,7 @@ def tail_spec(tree: Path) -> dict[str, Any]:
 def _vllm_config() -> Any:
     from vllm.config import CacheConfig, ModelConfig, VllmConfig
 
-    model_dir = Path(os.environ.get("VFLEET_PROBE_TMP", "/tmp")) / f"vfleet-probe-model-{os.getpid()}"
-    model_dir.mkdir(parents=True, exist_ok=True)
+    model_dir = Path(_TMP.name)
     (model_dir / "config.json").write_text(
         json.dumps(
             {
