@@ -4,7 +4,7 @@ VENV ?= .venv
 V := $(VENV)/bin
 STAMP := $(VENV)/.vfleet-bootstrap
 
-.PHONY: help venv test lint check profiles demo boot-verify image rollout rollback fleet-verify fleet-status fleet-up fleet-down
+.PHONY: help venv test lint check profiles patches demo boot-verify image rollout rollback fleet-verify fleet-status fleet-up fleet-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -25,6 +25,9 @@ check: $(STAMP) ## validate every serve profile against the rules
 
 profiles: $(STAMP) ## list the serve profiles
 	$(V)/vfleet profiles
+
+patches: $(STAMP) ## check the patch series: every patch parses, has its headers, is listed once
+	$(V)/vfleet patches check
 
 demo: $(STAMP) ## build the tiny model, start a local vLLM CPU server, boot-verify it, print the report path
 	$(V)/vfleet demo
