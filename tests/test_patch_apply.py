@@ -206,3 +206,12 @@ def test_root_without_vllm_is_a_clear_error(tmp_path: Path) -> None:
     proc = cli("patches", "apply", "--root", str(tmp_path), "--platform", "cuda")
     assert proc.returncode == 2
     assert "no vllm/ directory" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_local_build_suffix_is_the_same_release(tree: Path) -> None:
+    """ROCm/CUDA images built from source report e.g. 0.30.0+rocm7.2; the hunks still decide byte for byte."""
+    vfile = tree / "vllm" / "_version.py"
+    vfile.write_text(vfile.read_text().replace("'0.30.0'", "'0.30.0+rocm7.2'"))
+    data = apply_mod.apply(tree, "rocm")
+    assert data["base_version"] == "0.30.0"
+    assert apply_mod.verify(tree) == []

@@ -116,7 +116,7 @@ def apply(root: Path, platform: str, *, expect_version: str | None = None) -> di
             f"{root}: already patched ({MANIFEST} exists); applying twice is refused. "
             "Start again from an unpatched vLLM tree."
         )
-    if have != want:
+    if have.split("+", 1)[0] != want:  # a local build suffix (0.30.0+rocm...) is the same release
         raise ApplyError(
             f"{root}: vLLM {have} is not the pinned base {want}; the patches are written for {want}. "
             f"Install vLLM {want} there (or run `vfleet patches status --base {have}` for a rebase report)."
@@ -136,7 +136,7 @@ def apply(root: Path, platform: str, *, expect_version: str | None = None) -> di
             f"{root}: {what}; nothing was written:\n" + "\n".join(lines) + "\n  fix: start from an unpatched vLLM "
             f"{want} tree, or rebase the failing patch (docs/patches.md)"
         )
-    data = manifest_data(patches, platform, have)
+    data = manifest_data(patches, platform, want)
     written: list[str] = []
     try:
         for rel, content in p.results.items():
@@ -178,7 +178,7 @@ def verify(root: Path) -> list[str]:
     except ApplyError as exc:
         problems.append(str(exc))
     else:
-        if version != want["base_version"]:
+        if version.split("+", 1)[0] != want["base_version"]:
             problems.append(f"tree is vLLM {version}, the pinned base is {want['base_version']}")
     # Every patch must be present: reverse-apply the whole series, last patch first, in memory.
     state: dict[str, bytes | None] = {}
