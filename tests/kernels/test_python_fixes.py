@@ -39,6 +39,7 @@ def test_seed000_is_in_the_base() -> None:
     facts = trees.python_probe(trees.tree("base"))["seed000"]
     assert facts == {
         "prepare_attn_forwards_positions": True,
+        "builder_keeps_output_in_its_buffer": True,
         "builder": "KpoolTailMetadataBuilder",
         "builder_owns_buffer": True,
         "build_writes_into_own_buffer": True,

@@ -159,10 +159,47 @@ def seed000(tree: Path) -> dict[str, Any]:
     )
     return {
         "prepare_attn_forwards_positions": forwards,
+        "builder_keeps_output_in_its_buffer": _tail_builder_is_graph_stable(builder),
         "builder": builder.__name__,
         "builder_owns_buffer": owns,
         "build_writes_into_own_buffer": uses_out,
     }
+
+
+def _tail_builder_is_graph_stable(builder_cls: Any) -> bool:
+    """Build the tail metadata twice for real: the circular slot mapping must be right and live in the
+    same builder-owned storage both times (a CUDA graph replays that address)."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+    from vllm.v1.kv_cache_interface import KpoolTailSpec
+
+    vc = _vllm_config()
+    spec = KpoolTailSpec(
+        block_size=KPOOL, num_kv_heads=2, head_size=128, head_size_v=0, dtype=torch.bfloat16, sliding_window=KPOOL
+    )
+    with set_current_vllm_config(vc):
+        builder = builder_cls(spec, ["model.layers.0.self_attn.indexer.tail_cache"], vc, torch.device("cpu"))
+    ptrs = []
+    for n, block in ((6, 7), (3, 2)):
+        md = CommonAttentionMetadata(
+            query_start_loc=torch.tensor([0, n], dtype=torch.int32),
+            query_start_loc_cpu=torch.tensor([0, n], dtype=torch.int32),
+            seq_lens=torch.tensor([n], dtype=torch.int32),
+            num_reqs=1,
+            num_actual_tokens=n,
+            max_query_len=n,
+            max_seq_len=n,
+            block_table_tensor=torch.tensor([[block, 0]], dtype=torch.int32),
+            slot_mapping=torch.full((n,), -1, dtype=torch.int64),
+            positions=torch.arange(n),
+        )
+        out = builder.build(0, md).slot_mapping
+        want = block * KPOOL + torch.arange(n) % KPOOL
+        if not torch.equal(out.cpu().to(torch.int64), want):
+            return False
+        ptrs.append(out.data_ptr())
+    return ptrs[0] == ptrs[1]
 
 
 def main() -> int:
