@@ -232,7 +232,9 @@ def count_builds(groups: list[list[AttentionGroup]]) -> list[int]:
     return counter
 
 
-def runner_build(groups: list[list[AttentionGroup]], batch: Batch, spec: MambaSpec) -> dict[str, Any]:
+def runner_build(
+    groups: list[list[AttentionGroup]], batch: Batch, spec: MambaSpec, *, for_capture: bool = False
+) -> dict[str, Any]:
     """The patched V2 runner path, as MambaHybridModelState.prepare_attn calls it."""
     return attn_utils.build_attn_metadata(
         attn_groups=groups,
@@ -252,6 +254,7 @@ def runner_build(groups: list[list[AttentionGroup]], batch: Batch, spec: MambaSp
             num_accepted_tokens=batch.num_accepted_tokens,
             num_decode_draft_tokens_cpu=batch.num_decode_draft_tokens_cpu,
         ),
+        for_cudagraph_capture=for_capture,
     )
 
 
@@ -387,6 +390,29 @@ def test_align_mode_reuse_equals_independent(reuse_on: None, kind: str) -> None:
     assert counter[0] == 1
 
 
+@pytest.mark.parametrize(("kind", "num_spec"), [("amd", 2), ("amd", 0), ("nvidia", 0)])
+def test_graph_capture_build_reuse_equals_independent(reuse_on: None, kind: str, num_spec: int) -> None:
+    # The capture path: build_for_cudagraph_capture for the source (it derives
+    # the draft counts from the query offsets), reuse for the other groups.
+    cfg = make_config(num_spec=num_spec, full_cg=True)
+    batch = Batch(num_reqs=8, query_len=num_spec + 1, context=16384, num_spec=num_spec)
+    backend, _ = BACKENDS[kind]
+    spec = make_spec(cfg, num_spec)
+    expected = [
+        backend.get_builder_cls()(spec, [f"layers.{i}.kda"], cfg, DEVICE).build_for_cudagraph_capture(batch.common(i))
+        for i in range(NUM_GROUPS)
+    ]
+    groups = make_groups(backend, cfg, spec)
+    attn_utils.share_metadata_reuse_buffers(groups)
+    counter = count_builds(groups)
+    got = runner_build(groups, batch, spec, for_capture=True)
+    assert counter[0] == 1
+    if num_spec:
+        assert got["layers.0.kda"].num_spec_decodes == 8
+    for i in range(NUM_GROUPS):
+        assert diff_metadata(expected[i], got[f"layers.{i}.kda"], f"group{i}") == []
+
+
 # --------------------------------------------------------------------------- fallback
 
 
@@ -485,6 +511,7 @@ def test_default_hooks_opt_out(reuse_on: None) -> None:
     b1 = groups[1][0].get_metadata_builder(0)
     assert b1.spec_query_start_loc is not b0.spec_query_start_loc
     assert b0.get_metadata_reuse_key() == ()
+    assert attn_utils.metadata_reuse_key(groups[0][0], b0) is None  # not even a key
     counter = count_builds(groups)
     runner_build(groups, batch, spec)
     assert counter[0] == NUM_GROUPS
