@@ -8,6 +8,7 @@ download (`.cache/image-wheels`, reused afterwards). The image is left in place 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import tarfile
@@ -252,10 +253,12 @@ def test_no_secret_in_layers_labels_or_history(cpu_image: images.BuildResult) ->
 
 def test_labels(cpu_image: images.BuildResult) -> None:
     labels = inspect(cpu_image.ref)["Config"]["Labels"]
-    head = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
-    assert labels["org.opencontainers.image.revision"].startswith(head or "unknown")
+    revision = labels["org.opencontainers.image.revision"]
+    sha = revision.removesuffix("-dirty")
+    assert re.fullmatch(r"[0-9a-f]{40}", sha), revision
+    known = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{sha}^{{commit}}"], check=False)
+    assert known.returncode == 0, f"revision {sha} is not a commit of this checkout"
+    assert labels["org.opencontainers.image.created"].endswith("Z")
     assert labels["org.opencontainers.image.version"] == images.__version__
     assert labels["org.vfleet.vllm.version"] == "0.30.0"
     assert labels["org.vfleet.patches.digest"] == images.tree_digest([ROOT / "patches"], ROOT)

