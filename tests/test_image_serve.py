@@ -175,3 +175,12 @@ def test_gpu_profile_on_a_host_without_gpus_is_refused(
     assert main(["serve", "--dry-run"]) == 3
     err = capsys.readouterr().err
     assert "no /dev/kfd" in err and "--device /dev/kfd --device /dev/dri --group-add video" in err
+
+
+def test_no_profile_chosen_is_a_clear_error(
+    serve_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("VFLEET_PROFILE")
+    monkeypatch.setenv("VLLM_API_KEY", KEY)
+    assert main(["serve", "--dry-run"]) == 3
+    assert "set VFLEET_PROFILE=MODEL/PLATFORM" in capsys.readouterr().err

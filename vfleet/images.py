@@ -99,10 +99,9 @@ def build_base(force: bool = False) -> str:
     if shutil.which("debootstrap") is None:
         if os.geteuid() != 0:
             raise ImageError("debootstrap is missing: run `apt-get install -y debootstrap` as root")
-        _run(
-            ["apt-get", "install", "-y", "-q", "debootstrap"],
-            env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"),
-        )
+        apt_env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        _run(["apt-get", "update", "-q"], env=apt_env)
+        _run(["apt-get", "install", "-y", "-q", "debootstrap"], env=apt_env)
     suite = ref.split(":")[1].split("-")[0]
     with tempfile.TemporaryDirectory(prefix="vfleet-debootstrap-", dir=CACHE if CACHE.is_dir() else None) as tmp:
         rootfs = Path(tmp) / "rootfs"

@@ -253,6 +253,11 @@ def prepare(extra: list[str], env: dict[str, str]) -> tuple[list[str], dict[str,
     from vfleet.vllm_args import serve_argv, write_config
 
     secrets = load_secrets(env)
+    if not env.get("VFLEET_PROFILE") and not env.get("VFLEET_MODEL"):
+        raise PreflightError(
+            "no profile chosen: set VFLEET_PROFILE=MODEL/PLATFORM (the `vfleet render` docker run line does), "
+            "or VFLEET_MODEL=MODEL to pick the platform from the detected GPUs"
+        )
     profile = select(Catalog(), env.get("VFLEET_MODEL", ""), env=env)
     how = (
         "VFLEET_PROFILE"
