@@ -136,3 +136,12 @@ def test_a_failing_tool_falls_through_to_the_next(tools, tmp_path) -> None:  # t
     broken.write_text("#!/bin/sh\necho 'amdgpu driver not loaded' >&2\nexit 1\n")
     broken.chmod(0o755)
     assert detect_host().vendor == "nvidia"
+
+
+def test_recorded_h200_device_output(tools) -> None:  # type: ignore[no-untyped-def]
+    """nvidia-smi as recorded on the one-GPU H200 machine of the device tool."""
+    tools(nvidia_smi="h200-device.nvidia-smi.csv")
+    host = detect_host()
+    assert host.describe() == "1 x NVIDIA H200 (vendor nvidia, arch sm_90, via nvidia-smi)"
+    with pytest.raises(SelectError, match=r"profile glm-5\.3-flash/h200 needs 8 GPUs but this host has 1"):
+        select(Catalog(), "glm-5.3-flash", host=host)
