@@ -74,8 +74,9 @@ def build_node_image(tag: str = NODE_IMAGE) -> str:
     if image_exists(tag):
         return tag
     if shutil.which("debootstrap") is None and os.geteuid() == 0:
-        subprocess.run(["apt-get", "install", "-y", "-q", "debootstrap"], capture_output=True, check=False,
-                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, timeout=600)
+        apt_env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "debootstrap"]):
+            subprocess.run(argv, capture_output=True, check=False, env=apt_env, timeout=600)
     if shutil.which("debootstrap") is None:
         raise VfleetError("debootstrap is missing: apt-get install -y debootstrap (needed for the fleet node image)")
     work = Path(tempfile.mkdtemp(prefix="node-rootfs-", dir=cache_dir()))
