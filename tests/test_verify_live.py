@@ -26,7 +26,7 @@ import pytest
 
 from vfleet import tinymodel
 from vfleet.profiles import Catalog
-from vfleet.server import ServerError, VllmServer, _descendants
+from vfleet.server import ServerError, VllmServer, _descendants, free_port
 from vfleet.verify.metrics import Metrics, prefix_hits
 from vfleet.vllm_args import parse_like_vllm
 
@@ -340,14 +340,17 @@ def _state(pid: int) -> str:
 
 
 def test_server_fixture_bounds_the_health_wait_and_kills_children(model_dir: Path, tmp_path: Path) -> None:
-    server = VllmServer(Catalog().load(PROFILE), model_dir, workdir=tmp_path, health_timeout_s=12)
+    # A second --port after ours wins, so the server listens where the health wait never looks: the
+    # wait must give up at its bound however fast the machine boots vLLM.
+    elsewhere = ["--port", str(free_port())]
+    server = VllmServer(Catalog().load(PROFILE), model_dir, workdir=tmp_path, health_timeout_s=20, extra_args=elsewhere)
     seen: list[int] = []
 
     def progress(_: float) -> None:
         if server.proc is not None:
             seen.extend(_descendants(server.proc.pid))
 
-    with pytest.raises(ServerError, match=r"did not answer /health within 12 s"):
+    with pytest.raises(ServerError, match=r"did not answer /health within 20 s"):
         server.start(progress=progress)
     assert seen, "the server started no child processes (nothing to check)"
     alive = [p for p in set(seen) if Path(f"/proc/{p}").exists() and "Z" not in _state(p)]
