@@ -69,9 +69,11 @@ def boot(ref: str, model: Path, volume: str, extra: list[str], timeout: float = 
                 pass
             state = json.loads(dk("container", "inspect", name).stdout)[0]["State"]
             if not state["Running"]:
-                raise SystemExit(f"container exited: {dk('logs', name, check=False).stderr[-3000:]}")
+                text = dk("logs", name, check=False).stderr
+                cause = [ln for ln in text.splitlines() if "Error" in ln and 'File "' not in ln]
+                raise RuntimeError(f"container exited; first error lines: {cause[:3]}")
             time.sleep(1)
-        raise SystemExit(f"no /health within {timeout} s")
+        raise RuntimeError(f"no /health within {timeout} s")
     finally:
         dk("rm", "--force", name, check=False)
         env_file.unlink(missing_ok=True)
@@ -122,7 +124,11 @@ def main() -> int:
             volume = f"vfleet-bench-cache-{uuid.uuid4().hex[:8]}"
             dk("volume", "create", "--label", "org.vfleet.managed=true", volume)
             try:
-                cold = boot(res.ref, model, volume, extra)
+                try:
+                    cold = boot(res.ref, model, volume, extra)
+                except RuntimeError as exc:
+                    print(f"== boot to /health ({mode}): FAILED: {exc}")
+                    continue
                 size = dk("run", "--rm", "--entrypoint", "du", "-v", f"{volume}:/c", res.ref, "-sb", "/c").stdout
                 warm = boot(res.ref, model, volume, extra)
                 print(
