@@ -30,8 +30,12 @@ from vfleet.fleet.images import build_fake_images, build_node_image, cache_dir
 
 pytestmark = pytest.mark.slow
 
-VERIFY_STANDIN = [sys.executable, "-c", "import sys, urllib.request; urllib.request.urlopen(sys.argv[1])",
-                  "{url}/verify"]
+VERIFY_STANDIN = [
+    sys.executable,
+    "-c",
+    "import sys, urllib.request; urllib.request.urlopen(sys.argv[1])",
+    "{url}/verify",
+]
 FAST: dict[str, Any] = {
     "vfleet_node_check_promotion": False,  # the stand-in images have no boot-verify report to promote
     "vfleet_node_poll_interval": 1,
@@ -61,14 +65,21 @@ class Ctx:
         self.refs = refs  # variant -> reference as the nodes see it
         self.names = [n.name for n in fleet.nodes]
 
-    def rollout(self, scenario: str, image: str, playbook: str = "rollout", limit: str | None = None,
-                **extra: Any) -> subprocess.CompletedProcess[str]:
+    def rollout(
+        self, scenario: str, image: str, playbook: str = "rollout", limit: str | None = None, **extra: Any
+    ) -> subprocess.CompletedProcess[str]:
         extra_vars = {**FAST, **extra}
         if image:
             extra_vars["vfleet_image"] = image
         t0 = time.monotonic()
-        proc = subprocess.run(playbook_argv(playbook, self.fleet.inventory, extra_vars, limit), env=ansible_env(),
-                              capture_output=True, text=True, timeout=600, check=False)
+        proc = subprocess.run(
+            playbook_argv(playbook, self.fleet.inventory, extra_vars, limit),
+            env=ansible_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         FIGURES["wall_s"][scenario] = round(time.monotonic() - t0, 1)
         proc.stdout += proc.stderr
         return proc
@@ -100,6 +111,7 @@ class Ctx:
 
     def _get(self, node: str, path: str) -> str:
         import urllib.request
+
         with urllib.request.urlopen(f"http://{self.fleet.node(node).ip}:8000{path}", timeout=5) as r:
             return str(r.read().decode().strip())
 
@@ -146,8 +158,13 @@ def test_fresh_deploy_then_concurrent_rerun_is_idempotent_and_locked(ctx: Ctx) -
     # Re-run the same rollout, and while it runs start a second one: the lock refuses the second.
     extra = {**FAST, "vfleet_image": ctx.refs["good-1"]}
     t0 = time.monotonic()
-    first = subprocess.Popen(playbook_argv("rollout", ctx.fleet.inventory, extra), env=ansible_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen(
+        playbook_argv("rollout", ctx.fleet.inventory, extra),
+        env=ansible_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lock = ctx.fleet.dir / "locks" / f"{ctx.fleet.name}.lock"
     while not lock.exists() and first.poll() is None:
         time.sleep(0.2)
@@ -207,13 +224,13 @@ def test_failure_in_second_batch_stops_the_rollout(ctx: Ctx) -> None:
     n1, n2, n3, n4 = ctx.names
     old_id = ctx.image_id("good-1")
     FIGURES["pull_bytes"]["upgrade_app_layer_only"] = {
-        n: ctx.fleet.pull_bytes("vfleet-fake:good-2", old_id, n) for n in ctx.names}
+        n: ctx.fleet.pull_bytes("vfleet-fake:good-2", old_id, n) for n in ctx.names
+    }
     before = ctx.snapshot()
     fault = {"vfleet_node_verify_argv": [sys.executable, "-c", "raise SystemExit('injected boot-verify failure')"]}
     testfleet.write_inventory(ctx.fleet, extra_vars=STANDIN_VARS, host_vars={n3: fault})
     try:
-        proc = ctx.rollout("second_batch_fails", ctx.refs["good-2"], vfleet_batch_size=1,
-                           vfleet_max_fail_percentage=0)
+        proc = ctx.rollout("second_batch_fails", ctx.refs["good-2"], vfleet_batch_size=1, vfleet_max_fail_percentage=0)
     finally:
         testfleet.write_inventory(ctx.fleet, extra_vars=STANDIN_VARS)
     assert proc.returncode != 0
@@ -239,8 +256,9 @@ def test_preflight_refuses_an_image_that_is_not_promoted(ctx: Ctx, tmp_path: Pat
     digest_ref = ctx.record(ctx.names[1])["image"]
     registry = tmp_path / "promotions.jsonl"
     registry.write_text("")
-    proc = ctx.rollout("unpromoted_refused", digest_ref, vfleet_node_check_promotion=True,
-                       vfleet_node_promotions_file=str(registry))
+    proc = ctx.rollout(
+        "unpromoted_refused", digest_ref, vfleet_node_check_promotion=True, vfleet_node_promotions_file=str(registry)
+    )
     assert proc.returncode != 0
     assert "not promoted" in flat(proc.stdout), proc.stdout[-3000:]
     assert ctx.snapshot() == before

@@ -29,8 +29,10 @@ from vfleet.fleet.images import build_node_image, cache_dir
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.environ.get("VFLEET_FLEET_REAL_IMAGE") != "1",
-                       reason="about 20 min on 2 cores: set VFLEET_FLEET_REAL_IMAGE=1 to run the real-image rollout"),
+    pytest.mark.skipif(
+        os.environ.get("VFLEET_FLEET_REAL_IMAGE") != "1",
+        reason="about 20 min on 2 cores: set VFLEET_FLEET_REAL_IMAGE=1 to run the real-image rollout",
+    ),
 ]
 UPGRADE = "vfleet-cpu-fleet-upgrade:profile-only"
 API_KEY = secrets.token_hex(16)
@@ -49,8 +51,14 @@ def _rollout(fleet: testfleet.Fleet, image: str, out: Path) -> tuple[subprocess.
         "vfleet_node_api_key": API_KEY,
     }
     t0 = time.monotonic()
-    proc = subprocess.run(playbook_argv("rollout", fleet.inventory, extra), env=ansible_env(), text=True,
-                          capture_output=True, timeout=1800, check=False)
+    proc = subprocess.run(
+        playbook_argv("rollout", fleet.inventory, extra),
+        env=ansible_env(),
+        text=True,
+        capture_output=True,
+        timeout=1800,
+        check=False,
+    )
     return proc, round(time.monotonic() - t0, 1)
 
 
@@ -76,13 +84,22 @@ def test_fresh_deploy_and_profile_only_upgrade_of_the_real_cpu_image(tmp_path: P
     name = f"r{os.getpid()}"
     with tempfile.TemporaryDirectory(dir=cache_dir()) as ctx:
         profile = Path(ctx) / "model.yaml"
-        profile.write_text((PACKAGE_DIR.parent / "serve_configs/models/tiny/model.yaml").read_text()
-                           .replace("description: ", "description: (fleet upgrade test) ", 1))
+        profile.write_text(
+            (PACKAGE_DIR.parent / "serve_configs/models/tiny/model.yaml")
+            .read_text()
+            .replace("description: ", "description: (fleet upgrade test) ", 1)
+        )
         (Path(ctx) / "Dockerfile").write_text(
             f"FROM {ref}\nCOPY model.yaml /opt/vfleet/serve_configs/models/tiny/model.yaml\n"
-            "LABEL org.vfleet.role=fleet-test-upgrade\n")
-        subprocess.run([docker_bin(), "build", "--quiet", "-t", UPGRADE, ctx], check=True, capture_output=True,
-                       timeout=900, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+            "LABEL org.vfleet.role=fleet-test-upgrade\n"
+        )
+        subprocess.run(
+            [docker_bin(), "build", "--quiet", "-t", UPGRADE, ctx],
+            check=True,
+            capture_output=True,
+            timeout=900,
+            env={**os.environ, "DOCKER_BUILDKIT": "0"},
+        )
     try:
         t0 = time.monotonic()
         fleet = testfleet.up(name, nodes=3)
@@ -104,7 +121,8 @@ def test_fresh_deploy_and_profile_only_upgrade_of_the_real_cpu_image(tmp_path: P
         _reports_pass(tmp_path / "fresh", names)
 
         figures["pull_bytes"]["profile_only_upgrade"] = {
-            n: fleet.pull_bytes(second.split("/", 1)[1], ids[ref], n) for n in names}
+            n: fleet.pull_bytes(second.split("/", 1)[1], ids[ref], n) for n in names
+        }
         proc, figures["wall_s"]["upgrade"] = _rollout(fleet, second, tmp_path / "upgrade")
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
         for n in names:

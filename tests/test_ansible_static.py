@@ -19,8 +19,15 @@ EXAMPLE = ansible_dir() / "inventories" / "example"
 
 
 def test_ansible_lint_production_profile_is_clean() -> None:
-    proc = subprocess.run([str(bin_dir() / "ansible-lint"), "--profile", "production", "--nocolor", "."],
-                          cwd=ansible_dir(), env=env(), capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [str(bin_dir() / "ansible-lint"), "--profile", "production", "--nocolor", "."],
+        cwd=ansible_dir(),
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "Profile 'production' was required, and it passed" in out
@@ -28,15 +35,27 @@ def test_ansible_lint_production_profile_is_clean() -> None:
 
 @pytest.mark.parametrize("playbook", PLAYBOOKS)
 def test_playbook_syntax(playbook: str) -> None:
-    proc = subprocess.run([str(bin_dir() / "ansible-playbook"), "--syntax-check", "-i", str(EXAMPLE),
-                           f"{playbook}.yml"], cwd=ansible_dir(), env=env(), capture_output=True, text=True,
-                          timeout=120, check=False)
+    proc = subprocess.run(
+        [str(bin_dir() / "ansible-playbook"), "--syntax-check", "-i", str(EXAMPLE), f"{playbook}.yml"],
+        cwd=ansible_dir(),
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_example_inventory_names_real_profiles_per_platform_group() -> None:
-    proc = subprocess.run([str(bin_dir() / "ansible-inventory"), "-i", str(EXAMPLE), "--list"], env=env(),
-                          capture_output=True, text=True, timeout=120, check=True)
+    proc = subprocess.run(
+        [str(bin_dir() / "ansible-inventory"), "-i", str(EXAMPLE), "--list"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     inv = json.loads(proc.stdout)
     catalog = {p.name: p for p in Catalog().load_all()}
     groups = inv["vfleet_nodes"]["children"]
@@ -53,8 +72,15 @@ def test_example_inventory_names_real_profiles_per_platform_group() -> None:
 
 
 def test_a_wrong_inventory_path_fails_instead_of_running_on_nothing(tmp_path: Path) -> None:
-    proc = subprocess.run([str(bin_dir() / "ansible-playbook"), "-i", str(tmp_path / "missing"), "status.yml"],
-                          cwd=ansible_dir(), env=env(), capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [str(bin_dir() / "ansible-playbook"), "-i", str(tmp_path / "missing"), "status.yml"],
+        cwd=ansible_dir(),
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode != 0, proc.stdout
 
 

@@ -28,14 +28,17 @@ def _extra(pairs: list[str]) -> dict[str, Any]:
 
 
 def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
-    p: argparse.ArgumentParser = sub.add_parser(name, help="fleet rollout with Ansible; test fleet",
-                                                description=__doc__)
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help="fleet rollout with Ansible; test fleet", description=__doc__
+    )
     fs = p.add_subparsers(dest="fleet_command", required=True, metavar="ACTION")
 
-    for pb, text in (("rollout", "canary then batches onto --image"),
-                     ("rollback", "back to each node's previous image, or --image"),
-                     ("verify", "boot-verify the running nodes"),
-                     ("status", "what runs where: image, digest, profile, health")):
+    for pb, text in (
+        ("rollout", "canary then batches onto --image"),
+        ("rollback", "back to each node's previous image, or --image"),
+        ("verify", "boot-verify the running nodes"),
+        ("status", "what runs where: image, digest, profile, health"),
+    ):
         q = fs.add_parser(pb, help=text, description=text)
         where = q.add_mutually_exclusive_group(required=True)
         where.add_argument("--inventory", "-i", type=Path, help="inventory (e.g. ansible/inventories/example)")
@@ -93,8 +96,10 @@ def run(args: argparse.Namespace) -> int:
         return _playbook(args)
     if cmd == "up":
         fleet = testfleet.up(args.name, args.nodes, args.profile)
-        print(f"fleet {fleet.name}: {len(fleet.nodes)} nodes, registry {fleet.registry_addr} "
-              f"(push via {fleet.registry_local}); inventory {fleet.inventory}")
+        print(
+            f"fleet {fleet.name}: {len(fleet.nodes)} nodes, registry {fleet.registry_addr} "
+            f"(push via {fleet.registry_local}); inventory {fleet.inventory}"
+        )
         return 0
     if cmd == "down":
         removed = testfleet.down(args.name)

@@ -36,8 +36,13 @@ def env() -> dict[str, str]:
     return out
 
 
-def playbook_argv(playbook: str, inventory: Path, extra_vars: dict[str, Any], limit: str | None = None,
-                  vault_password_file: Path | None = None) -> list[str]:
+def playbook_argv(
+    playbook: str,
+    inventory: Path,
+    extra_vars: dict[str, Any],
+    limit: str | None = None,
+    vault_password_file: Path | None = None,
+) -> list[str]:
     if playbook not in PLAYBOOKS:
         raise VfleetError(f"unknown playbook {playbook!r}: choose one of {', '.join(PLAYBOOKS)}")
     if not inventory.exists():
@@ -57,9 +62,16 @@ def playbook_argv(playbook: str, inventory: Path, extra_vars: dict[str, Any], li
     return argv
 
 
-def run_playbook(playbook: str, inventory: Path, extra_vars: dict[str, Any], limit: str | None = None,
-                 vault_password_file: Path | None = None, capture: bool = False,
-                 timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+def run_playbook(
+    playbook: str,
+    inventory: Path,
+    extra_vars: dict[str, Any],
+    limit: str | None = None,
+    vault_password_file: Path | None = None,
+    capture: bool = False,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
     argv = playbook_argv(playbook, inventory, extra_vars, limit, vault_password_file)
-    return subprocess.run(argv, env=env(), cwd=str(ansible_dir()), text=True, check=False, timeout=timeout,
-                          capture_output=capture)
+    return subprocess.run(
+        argv, env=env(), cwd=str(ansible_dir()), text=True, check=False, timeout=timeout, capture_output=capture
+    )

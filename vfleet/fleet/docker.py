@@ -19,9 +19,7 @@ def docker_bin() -> str:
 
 def docker(*args: str, check: bool = True, input: bytes | None = None, timeout: float = 600) -> str:
     """Run `docker ARGS`; return stdout. A failure raises VfleetError with docker's own message."""
-    proc = subprocess.run(
-        [docker_bin(), *args], input=input, capture_output=True, timeout=timeout, check=False
-    )
+    proc = subprocess.run([docker_bin(), *args], input=input, capture_output=True, timeout=timeout, check=False)
     if check and proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip().splitlines()
         raise VfleetError(f"docker {' '.join(args[:3])} failed: {err[-1] if err else proc.returncode}")
@@ -30,10 +28,15 @@ def docker(*args: str, check: bool = True, input: bytes | None = None, timeout: 
 
 def daemon_ok() -> bool:
     try:
-        return subprocess.run(
-            [docker_bin(), "info", "--format", "{{.ServerVersion}}"],
-            capture_output=True, timeout=20, check=False,
-        ).returncode == 0
+        return (
+            subprocess.run(
+                [docker_bin(), "info", "--format", "{{.ServerVersion}}"],
+                capture_output=True,
+                timeout=20,
+                check=False,
+            ).returncode
+            == 0
+        )
     except (VfleetError, subprocess.TimeoutExpired):
         return False
 

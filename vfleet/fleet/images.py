@@ -83,9 +83,17 @@ def build_node_image(tag: str = NODE_IMAGE) -> str:
     root = work / "rootfs"
     try:
         subprocess.run(
-            ["debootstrap", "--variant=minbase", f"--include={','.join(NODE_PACKAGES)}",
-             DEBIAN_SUITE, str(root), DEBIAN_MIRROR],
-            check=True, capture_output=True, timeout=900,
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(NODE_PACKAGES)}",
+                DEBIAN_SUITE,
+                str(root),
+                DEBIAN_MIRROR,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=900,
         )
         for junk in ("usr/share/doc", "usr/share/man", "usr/share/locale", "var/cache/apt/archives"):
             shutil.rmtree(root / junk, ignore_errors=True)
@@ -95,12 +103,22 @@ def build_node_image(tag: str = NODE_IMAGE) -> str:
         (root / "etc/vfleet-registry.yml").write_text(REGISTRY_CONFIG)
         tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
         imp = subprocess.run(
-            [docker_bin(), "import",
-             "--change", "LABEL org.vfleet.role=fleet-node",
-             "--change", 'ENTRYPOINT ["/usr/local/sbin/vfleet-node-init"]',
-             "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-             "-", tag],
-            stdin=tar.stdout, capture_output=True, timeout=900, check=False,
+            [
+                docker_bin(),
+                "import",
+                "--change",
+                "LABEL org.vfleet.role=fleet-node",
+                "--change",
+                'ENTRYPOINT ["/usr/local/sbin/vfleet-node-init"]',
+                "--change",
+                "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "-",
+                tag,
+            ],
+            stdin=tar.stdout,
+            capture_output=True,
+            timeout=900,
+            check=False,
         )
         tar.wait()
         if imp.returncode != 0 or tar.returncode != 0:
@@ -128,12 +146,14 @@ def build_fake_images(tag_prefix: str = FAKE_REPO, node_image: str = NODE_IMAGE)
         for variant, (health, verify, running) in FAKE_VARIANTS.items():
             app = ctx / f"app-{variant}"
             app.mkdir()
-            (app / "start.sh").write_text(FAKE_START.format(
-                variant=variant,
-                health="echo ok > /www/health" if health else "# no /health: never becomes healthy",
-                verify="echo verified > /www/verify" if verify else "# no /verify: boot-verify stand-in fails",
-                running=running,
-            ))
+            (app / "start.sh").write_text(
+                FAKE_START.format(
+                    variant=variant,
+                    health="echo ok > /www/health" if health else "# no /health: never becomes healthy",
+                    verify="echo verified > /www/verify" if verify else "# no /verify: boot-verify stand-in fails",
+                    running=running,
+                )
+            )
             (ctx / f"Dockerfile.{variant}").write_text(
                 "FROM scratch\nCOPY busybox /bin/busybox\n"
                 f"COPY app-{variant}/ /\n"
@@ -141,11 +161,23 @@ def build_fake_images(tag_prefix: str = FAKE_REPO, node_image: str = NODE_IMAGE)
                 f"LABEL org.vfleet.role=fake-server org.vfleet.fake-variant={variant}\n"
             )
             proc = subprocess.run(
-                [docker_bin(), "build", "--quiet", "-f", str(ctx / f"Dockerfile.{variant}"),
-                 "-t", refs[variant], str(ctx)],
-                capture_output=True, timeout=300, check=False, env={**os.environ, "DOCKER_BUILDKIT": "0"},
+                [
+                    docker_bin(),
+                    "build",
+                    "--quiet",
+                    "-f",
+                    str(ctx / f"Dockerfile.{variant}"),
+                    "-t",
+                    refs[variant],
+                    str(ctx),
+                ],
+                capture_output=True,
+                timeout=300,
+                check=False,
+                env={**os.environ, "DOCKER_BUILDKIT": "0"},
             )
             if proc.returncode != 0:
-                raise VfleetError(f"building fake image {refs[variant]} failed: "
-                                  f"{proc.stderr.decode(errors='replace')[-500:]}")
+                raise VfleetError(
+                    f"building fake image {refs[variant]} failed: {proc.stderr.decode(errors='replace')[-500:]}"
+                )
     return refs

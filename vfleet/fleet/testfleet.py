@@ -26,10 +26,22 @@ from vfleet.fleet.images import NODE_IMAGE, build_node_image, cache_dir
 LABEL = "org.vfleet.fleet"
 #: REFERENCE section 6: the flag set that runs dockerd inside a container on this kernel (--privileged fails).
 DIND_FLAGS = [
-    "--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
-    "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
-    "--security-opt", "systempaths=unconfined", "--device-cgroup-rule", "a *:* rwm",
-    "--volume", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--volume", "/var/lib/docker",
+    "--cap-add",
+    "ALL",
+    "--cap-drop",
+    "SYS_RESOURCE",
+    "--security-opt",
+    "seccomp=unconfined",
+    "--security-opt",
+    "apparmor=unconfined",
+    "--security-opt",
+    "systempaths=unconfined",
+    "--device-cgroup-rule",
+    "a *:* rwm",
+    "--volume",
+    "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    "--volume",
+    "/var/lib/docker",
 ]
 
 
@@ -76,16 +88,18 @@ class Fleet:
         the sizes (from the registry manifest) of the layers whose content the node lacks."""
         repo, tag = repo_tag.rsplit(":", 1)
         base = f"http://{self.registry_local}/v2/{repo}"
-        req = urllib.request.Request(f"{base}/manifests/{tag}", headers={
-            "Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+        req = urllib.request.Request(
+            f"{base}/manifests/{tag}", headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"}
+        )
         with urllib.request.urlopen(req, timeout=30) as resp:
             manifest = json.loads(resp.read())
         with urllib.request.urlopen(f"{base}/blobs/{manifest['config']['digest']}", timeout=30) as resp:
             diff_ids = json.loads(resp.read())["rootfs"]["diff_ids"]
         out = self.node_docker(node, "image", "inspect", have_image_id, check=False)
         have = set(json.loads(out)[0]["RootFS"]["Layers"]) if out.strip() else set()
-        return sum(int(layer["size"]) for layer, diff in zip(manifest["layers"], diff_ids, strict=True)
-                   if diff not in have)
+        return sum(
+            int(layer["size"]) for layer, diff in zip(manifest["layers"], diff_ids, strict=True) if diff not in have
+        )
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -147,9 +161,13 @@ def _wait_dockerd(container: str, timeout: float = 90) -> None:
     raise VfleetError(f"dockerd in fleet node {container} did not start in {timeout:.0f} s:\n{log}")
 
 
-def write_inventory(fleet: Fleet, profile: str = "tiny/cpu", group: str = "cpu_x86",
-                    extra_vars: dict[str, Any] | None = None,
-                    host_vars: dict[str, dict[str, Any]] | None = None) -> Path:
+def write_inventory(
+    fleet: Fleet,
+    profile: str = "tiny/cpu",
+    group: str = "cpu_x86",
+    extra_vars: dict[str, Any] | None = None,
+    host_vars: dict[str, dict[str, Any]] | None = None,
+) -> Path:
     hosts = {n.name: {"vfleet_node_address": n.ip, **(host_vars or {}).get(n.name, {})} for n in fleet.nodes}
     doc = {
         "all": {
@@ -165,11 +183,12 @@ def write_inventory(fleet: Fleet, profile: str = "tiny/cpu", group: str = "cpu_x
                     },
                     "children": {group: {"vars": {"vfleet_node_profile": profile}, "hosts": hosts}},
                 }
-            }
+            },
         }
     }
-    fleet.inventory.write_text("---\n# Written by vfleet fleet up; removed by vfleet fleet down.\n"
-                               + yaml.safe_dump(doc, sort_keys=False))
+    fleet.inventory.write_text(
+        "---\n# Written by vfleet fleet up; removed by vfleet fleet down.\n" + yaml.safe_dump(doc, sort_keys=False)
+    )
     return fleet.inventory
 
 
@@ -183,17 +202,44 @@ def up(name: str, nodes: int = 3, profile: str = "tiny/cpu", group: str = "cpu_x
     labels = ["--label", "org.vfleet.managed=true", "--label", f"{LABEL}={name}"]
     reg = f"vfleet-fleet-{name}-registry"
     try:
-        docker("run", "--detach", "--name", reg, *labels, "--label", "org.vfleet.role=registry",
-               "--volume", "/var/lib/vfleet-registry", "--publish", "127.0.0.1::5000",
-               "--entrypoint", "/usr/bin/docker-registry", NODE_IMAGE, "serve", "/etc/vfleet-registry.yml")
+        docker(
+            "run",
+            "--detach",
+            "--name",
+            reg,
+            *labels,
+            "--label",
+            "org.vfleet.role=registry",
+            "--volume",
+            "/var/lib/vfleet-registry",
+            "--publish",
+            "127.0.0.1::5000",
+            "--entrypoint",
+            "/usr/bin/docker-registry",
+            NODE_IMAGE,
+            "serve",
+            "/etc/vfleet-registry.yml",
+        )
         port = docker("port", reg, "5000/tcp").split()[0].rsplit(":", 1)[1]
         fleet = Fleet(name=name, registry=reg, registry_addr=f"{_ip(reg)}:5000", registry_local=f"127.0.0.1:{port}")
         fleet.save()
         for i in range(1, nodes + 1):
             node = f"vfleet-fleet-{name}-node{i}"
-            docker("run", "--detach", "--name", node, "--hostname", f"node{i}", *labels,
-                   "--label", "org.vfleet.role=fleet-node", *DIND_FLAGS,
-                   "--env", f"VFLEET_DOCKERD_ARGS=--insecure-registry {fleet.registry_addr}", NODE_IMAGE)
+            docker(
+                "run",
+                "--detach",
+                "--name",
+                node,
+                "--hostname",
+                f"node{i}",
+                *labels,
+                "--label",
+                "org.vfleet.role=fleet-node",
+                *DIND_FLAGS,
+                "--env",
+                f"VFLEET_DOCKERD_ARGS=--insecure-registry {fleet.registry_addr}",
+                NODE_IMAGE,
+            )
             fleet.nodes.append(Node(name=node, ip=_ip(node)))
         fleet.save()
         for n in fleet.nodes:
