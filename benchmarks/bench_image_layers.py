@@ -88,9 +88,13 @@ def main() -> int:
     print(f"== CPU image build: {res.seconds:.0f} s (cached layers reused where inputs are unchanged)")
     print(images.layer_report(res.ref))
 
+    # Both builds from one copy of the context, the second with one profile changed: the working tree
+    # may change under a build (others edit it), the copy does not.
     ctx = make_context(with_wheels=True)
+    a = f"vfleet-bench-cpu:before-{uuid.uuid4().hex[:6]}"
     b = f"vfleet-bench-cpu:profile-{uuid.uuid4().hex[:6]}"
     try:
+        images.build_image("cpu", tag=a, context=ctx)
         path = ctx / "serve_configs" / "models" / "tiny" / "model.yaml"
         data = yaml.safe_load(path.read_text())
         data["vllm"]["max-num-seqs"] = int(data["vllm"].get("max-num-seqs", 32)) + 1
@@ -98,7 +102,7 @@ def main() -> int:
         t0 = time.monotonic()
         images.build_image("cpu", tag=b, context=ctx)
         took = time.monotonic() - t0
-        la, lb = inspect(res.ref)["RootFS"]["Layers"], inspect(b)["RootFS"]["Layers"]
+        la, lb = inspect(a)["RootFS"]["Layers"], inspect(b)["RootFS"]["Layers"]
         changed = [i for i, (x, y) in enumerate(zip(la, lb, strict=False)) if x != y]
         rows = [r for r in images.layers(b) if r["layer"] is not None]
         shipped = sum(rows[i]["size"] for i in changed)
@@ -111,7 +115,7 @@ def main() -> int:
             print(f"   layer {i}: {rows[i]['size']:,} bytes  {' '.join(rows[i]['created_by'].split())[:80]}")
     finally:
         drop_context(ctx)
-        dk("image", "rm", b, check=False)
+        dk("image", "rm", a, b, check=False)
 
     modes = [m for m in args.boots.split(",") if m]
     if modes:
