@@ -355,3 +355,34 @@ def test_server_fixture_bounds_the_health_wait_and_kills_children(model_dir: Pat
     assert seen, "the server started no child processes (nothing to check)"
     alive = [p for p in set(seen) if Path(f"/proc/{p}").exists() and "Z" not in _state(p)]
     assert not alive, f"children left running: {alive}"
+
+
+# -- the CPU image (issue 5), when it is built --------------------------------------------------
+
+
+def test_demo_on_the_cpu_image(model_dir: Path, tmp_path: Path) -> None:
+    """`vfleet demo --server image`: the CPU image under docker, verified through --container (docker
+    logs, /etc/vfleet/versions.json in the container), its digest from docker, then promoted."""
+    from vfleet.render import default_image
+    from vfleet.server import image_present
+
+    image = default_image(Catalog().load(PROFILE))
+    if not image_present(image):
+        pytest.skip(f"the CPU image {image} is not built here (tests/test_image_cpu.py builds it)")
+    out = tmp_path / "demo"
+    proc = vfleet("demo", "--server", "image", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["passed"] and rep["log"].startswith("docker logs vfleet-demo-")
+    assert rep["image"]["ref"] == image and rep["image"]["digest"].startswith("sha256:")
+    assert rep["image"]["digest_source"] == "docker image inspect"
+    c = checks(out)
+    assert c["test_version"]["outcome"] == "passed" and c["test_log[kv_tokens]"]["outcome"] == "passed"
+    assert "container.log" in proc.stdout and (out / "server" / "container.log").stat().st_size > 0
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=org.vfleet.demo=true"], capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    assert left.stdout.strip() == "", f"demo containers left: {left.stdout}"
+    reg = tmp_path / "promotions.jsonl"
+    ok = vfleet("promote", image, "--profile", PROFILE, "--report", str(out), "--registry", str(reg))
+    assert ok.returncode == 0, ok.stderr
+    assert vfleet("promote", "--check", image, "--profile", PROFILE, "--registry", str(reg)).returncode == 0
