@@ -67,6 +67,31 @@ def gpu_base_ref(family: str) -> str:
     return f"{ref}@{b['digest']}" if b.get("digest") else ref
 
 
+def release_base_check(family: str, *, allow_empty_digest: bool) -> str:
+    """A release build must name its GPU base by digest, so that the same tag cannot drift under it.
+
+    Returns the pinned reference; raises when the pin has no digest, unless that is explicitly allowed.
+    """
+    if family == "cpu":
+        return base_ref()  # made locally by `vfleet image base`; it has no registry digest
+    b = pins()["base_images"][family]
+    if not b.get("digest"):
+        if allow_empty_digest:
+            print(
+                f"vfleet image: WARNING: release build on {b['repository']}:{b['tag']} without a digest "
+                "(--allow-empty-digest)",
+                file=sys.stderr,
+            )
+        else:
+            raise ImageError(
+                f"versions.json: base_images.{family}.digest is empty, so a release build of {family} would "
+                f"use whatever {b['repository']}:{b['tag']} points at today. Pull the image, put its "
+                "sha256 digest (docker image inspect --format '{{index .RepoDigests 0}}') in versions.json, "
+                "or pass --allow-empty-digest to build anyway"
+            )
+    return gpu_base_ref(family)
+
+
 def standin_ref() -> str:
     return f"vfleet-standin-gpu:v{pins()['vllm']['version']}"
 

@@ -33,6 +33,12 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     p.add_argument("--tag", help="build: image reference (default: the pinned vfleet image name)")
     p.add_argument("--force", action="store_true", help="base/standin: rebuild even if present")
     p.add_argument("--no-cache", action="store_true", help="build: do not use the build cache")
+    p.add_argument(
+        "--release", action="store_true", help="build: a release build; the GPU base must be pinned by digest"
+    )
+    p.add_argument(
+        "--allow-empty-digest", action="store_true", help="build --release: accept a base pin without digest"
+    )
     return p
 
 
@@ -48,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             raise images.ImageError(f"unknown build step {args.name!r}; steps: patch, verify")
         return 0
+    if args.action == "build" and args.release:
+        if args.base or args.standin:
+            raise images.ImageError("--release builds on the pinned base: drop --base/--standin")
+        images.release_base_check(args.family, allow_empty_digest=args.allow_empty_digest)
     if args.action == "wheels":
         print(images.fetch_wheels())
         return 0
