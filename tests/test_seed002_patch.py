@@ -21,19 +21,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
+from vfleet.patchset.series import REQUIRED_HEADERS
+
 PATCH = REPO / "patches" / "0100-seed002-metadata-reuse.patch"
 CASES = "tests/test_seed002_metadata_reuse.py"
-REQUIRED_HEADERS = (
-    "Subject",
-    "Origin",
-    "Upstream-Status",
-    "Applied-Upstream",
-    "Platforms",
-    "Models",
-    "Why",
-    "Verified-By",
-    "Remove-When",
-)
 
 
 def venv_vllm_dir() -> Path:
