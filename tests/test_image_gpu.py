@@ -40,7 +40,8 @@ def context() -> Iterator[Path]:
 def test_gpu_image_builds_on_the_standin(standin: str, context: Path, family: str) -> None:
     ref = f"vfleet-test-{family}:standin"
     try:
-        res = images.build_image(family, base=standin, tag=ref, context=context)
+        # No build cache: the patch step must run here, not be replayed from an earlier build.
+        res = images.build_image(family, base=standin, tag=ref, context=context, no_cache=True)
         out = res.output
         # The patch step found vLLM by asking Python, in the real image's layout.
         assert f"Python reports vLLM in {SITE}; applying the patch set for {family}" in out
