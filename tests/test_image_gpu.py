@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,12 +37,19 @@ def context() -> Iterator[Path]:
     drop_context(ctx)
 
 
+def _unique_build(context: Path) -> None:
+    """Give this context's first copied file a unique comment: every step after the base runs anew,
+    and its cache records are this test's alone (a warm builder may hold several for the same key)."""
+    steps = context / "images" / "steps.sh"
+    steps.write_text(steps.read_text() + f"# vfleet-test build {uuid.uuid4().hex}\n")
+
+
 @pytest.mark.parametrize("family", ["cuda", "rocm"])
 def test_gpu_image_builds_on_the_standin(standin: str, context: Path, family: str) -> None:
     ref = f"vfleet-test-{family}:standin"
     try:
-        # No build cache: the patch step must run here, not be replayed from an earlier build.
-        res = images.build_image(family, base=standin, tag=ref, context=context, no_cache=True)
+        _unique_build(context)  # the patch step must run here, not be replayed from an earlier build
+        res = images.build_image(family, base=standin, tag=ref, context=context)
         out = res.output
         # The patch step found vLLM by asking Python, in the real image's layout.
         assert f"Python reports vLLM in {SITE}; applying the patch set for {family}" in out
@@ -111,6 +119,8 @@ def test_a_broken_patch_fails_the_build_naming_the_patch(standin: str, context: 
 
 def test_profile_only_change_rebuilds_one_thin_layer(standin: str, context: Path) -> None:
     a, b = "vfleet-test-cuda:profiles-a", "vfleet-test-cuda:profiles-b"
+    # Build A afresh so that B can reuse only A's layers, not those of an earlier build of another context.
+    _unique_build(context)
     try:
         images.build_image("cuda", base=standin, tag=a, context=context)
         path = context / "serve_configs" / "models" / "glm-5.3-flash" / "h200.yaml"
