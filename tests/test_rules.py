@@ -26,7 +26,7 @@ def test_every_shipped_profile_passes_every_rule() -> None:
 def test_cli_check_passes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check"]) == 0
     out = capsys.readouterr().out
-    assert "9 of 9 profiles pass 7 rules" in out
+    assert "9 of 9 profiles pass 8 rules" in out
     assert "ok   tiny/cpu [waived: no-enforce-eager]" in out
 
 
@@ -137,6 +137,26 @@ CASES = [
         "glm-5.3-flash/gb300",
         "glm-5.3-flash/gb300: rule parallel-fits-platform: vllm.tensor-parallel-size: tensor x pipeline x data "
         "parallel = 8 GPUs, platform gb300 has 4.",
+    ),
+    (
+        "graceful-shutdown",
+        "models/glm-5.3-flash/model.yaml",
+        "vllm",
+        "shutdown-timeout",
+        DROP,
+        "glm-5.3-flash/mi355x",
+        "glm-5.3-flash/mi355x: rule graceful-shutdown: vllm.shutdown-timeout: is not set: on docker stop vLLM 0.30 "
+        "aborts in-flight requests. Why: a stop must not cut requests",
+    ),
+    (
+        "graceful-shutdown",
+        "platforms/b200.yaml",
+        "runtime",
+        "stop_timeout",
+        125,
+        "kimi-k3/b200",
+        "kimi-k3/b200: rule graceful-shutdown: platform.runtime.stop_timeout: is 125 s, must be at least "
+        "shutdown-timeout 120 s + 10 s or docker kills vLLM while it still finishes requests.",
     ),
     (
         "no-underscore-false",

@@ -51,6 +51,10 @@ class RuntimeSpec(Strict):
     ipc: Literal["host", "private", "shareable"] | None = None
     shm_size: str | None = None
     min_shm_bytes: int = 0
+    #: Seconds `docker stop` waits for the container before it kills it (`docker run --stop-timeout`).
+    #: It must exceed vLLM's `shutdown-timeout` (rule graceful-shutdown), or a stop cuts the requests
+    #: that vLLM is still finishing.
+    stop_timeout: int = Field(default=10, ge=1)
 
     @field_validator("shm_size")
     @classmethod

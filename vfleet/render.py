@@ -69,6 +69,7 @@ def docker_run_argv(profile: Profile, opts: DockerRun) -> list[str]:
         argv.append(f"--ipc={rt.ipc}")
     if rt.shm_size:
         argv += ["--shm-size", rt.shm_size]
+    argv += ["--stop-timeout", str(rt.stop_timeout)]
     model_path = str(profile.vllm["model"])
     argv += ["--volume", f"{opts.model_dir}:{model_path}:ro"]
     spec = profile.vllm.get("speculative-config")

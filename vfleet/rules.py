@@ -120,6 +120,30 @@ def _tp_fits(p: Profile) -> Iterator[Finding]:
         )
 
 
+#: Seconds docker must wait beyond vLLM's shutdown-timeout: the engine and API processes exit after it.
+SHUTDOWN_MARGIN_S = 10
+
+
+def _graceful_shutdown(p: Profile) -> Iterator[Finding]:
+    value = p.vllm.get("shutdown-timeout")
+    stop = p.platform.runtime.stop_timeout
+    if value is None:
+        if p.production:
+            yield Finding("vllm.shutdown-timeout", "is not set: on docker stop vLLM 0.30 aborts in-flight requests")
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        yield Finding("vllm.shutdown-timeout", f"is {value!r}, must be a whole number of seconds")
+        return
+    if p.production and value == 0:
+        yield Finding("vllm.shutdown-timeout", "is 0, which aborts in-flight requests on docker stop")
+    if stop < value + SHUTDOWN_MARGIN_S:
+        yield Finding(
+            "platform.runtime.stop_timeout",
+            f"is {stop} s, must be at least shutdown-timeout {value} s + {SHUTDOWN_MARGIN_S} s "
+            "or docker kills vLLM while it still finishes requests",
+        )
+
+
 def _no_underscore_false(p: Profile) -> Iterator[Finding]:
     for key, value in p.vllm.items():
         if "_" in key.split(".")[0] and value is False:
@@ -171,6 +195,20 @@ RULES: list[Rule] = [
         source="vLLM parallel config",
         fix="lower tensor-parallel-size (x pipeline/data parallel) to the platform's GPU count",
         check=_tp_fits,
+    ),
+    Rule(
+        id="graceful-shutdown",
+        reason=(
+            "a stop must not cut requests: vLLM finishes in-flight requests on SIGTERM only for "
+            "shutdown-timeout seconds (0, the default, aborts them), and docker kills the container after "
+            "its stop timeout"
+        ),
+        source="vLLM 0.30.0 --shutdown-timeout (vllm/engine/arg_utils.py, v1/engine/core.py); issue 10",
+        fix=(
+            "set vllm shutdown-timeout (e.g. 120) in the model layer, and the platform's runtime.stop_timeout "
+            f"at least {SHUTDOWN_MARGIN_S} s longer"
+        ),
+        check=_graceful_shutdown,
     ),
     Rule(
         id="no-underscore-false",
