@@ -178,3 +178,51 @@ def test_fuzzed_layers_give_clean_errors(tmp_path: Path, target: str, doc: Any) 
         evaluate(cat.load(profile))
     except ProfileError as exc:
         assert str(exc).strip(), "empty error message"
+
+
+# -- verify.not_applicable ------------------------------------------------------------------------
+
+
+def _not_applicable(config_tree: ConfigTree, rel: str, entries: dict[str, str]) -> None:
+    config_tree.edit(rel, lambda d: d.setdefault("verify", {}).setdefault("not_applicable", {}).update(entries))
+
+
+def test_not_applicable_names_an_unknown_check_and_lists_the_known(config_tree: ConfigTree) -> None:
+    _not_applicable(config_tree, "models/tiny/model.yaml", {"test_gpu": "the cpu platform has no GPUs"})
+    with pytest.raises(ProfileError) as exc:
+        Catalog().load("tiny/cpu")
+    msg = str(exc.value)
+    assert "verify.not_applicable: Value error, unknown check id 'test_gpu'; the checks are: test_health," in msg
+    assert "test_load[C<n>]" in msg and "test_log[attention_backend]" in msg and "test_gpu_health" in msg
+
+
+def test_not_applicable_needs_a_reason(config_tree: ConfigTree) -> None:
+    _not_applicable(config_tree, "models/tiny/model.yaml", {"test_probes": "n/a"})
+    with pytest.raises(ProfileError, match=r"verify.not_applicable.test_probes: String should have at least 10"):
+        Catalog().load("tiny/cpu")
+
+
+@pytest.mark.parametrize("check", ["test_log[faults]", "test_log[attention_backend]", "test_gpu_health"])
+def test_production_may_not_excuse_log_or_gpu_checks(config_tree: ConfigTree, check: str) -> None:
+    _not_applicable(config_tree, "models/glm-5.3-flash/cuda.yaml", {check: "we would rather not look at it"})
+    with pytest.raises(ProfileError) as exc:
+        Catalog().load("glm-5.3-flash/h200")
+    msg = str(exc.value)
+    assert f"verify.not_applicable: {check}: a production profile may not declare the log checks" in msg, msg
+    assert "set production: false" in msg
+    # Another check may be excused by a production profile (Kimi-K3 serves without prefix caching).
+    assert set(Catalog().load("kimi-k3/b200").verify.not_applicable) == {
+        "test_prefix_cache_hit",
+        "test_prefix_cache_integrity",
+    }
+
+
+def test_tiny_declares_each_check_it_skips(config_tree: ConfigTree) -> None:
+    tiny = Catalog().load("tiny/cpu")
+    assert tiny.production is False
+    assert set(tiny.verify.not_applicable) == {
+        "test_probes", "test_gpu_health", "test_log[graph_mode]", "test_log[attention_backend]",
+    }  # fmt: skip
+    config_tree.edit("models/tiny/model.yaml", lambda d: d["verify"].__setitem__("gpu_health", False))
+    with pytest.raises(ProfileError, match=r"verify\.gpu_health: unknown key"):
+        Catalog().load("tiny/cpu")

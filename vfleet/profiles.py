@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from vfleet.errors import ProfileError
 from vfleet.paths import serve_configs_dir
+from vfleet.verify import checks
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -112,7 +113,12 @@ class IntegritySpec(Strict):
 
 
 class Verify(Strict):
-    """What a healthy server of this profile looks like (used by boot-verify)."""
+    """What a healthy server of this profile looks like (used by boot-verify).
+
+    ``not_applicable`` maps a check id (a test name of smoke_tests/, vfleet.verify.checks.CHECK_IDS)
+    to the reason it does not apply to this profile. A report passes only when nothing failed and
+    every skipped check is declared here; any other skip fails the gate.
+    """
 
     max_model_len: int = Field(ge=1)
     min_kv_tokens: int = Field(ge=1)
@@ -122,7 +128,15 @@ class Verify(Strict):
     prefix_cache: bool = True
     integrity: IntegritySpec = IntegritySpec()
     load: LoadSpec = LoadSpec()
-    gpu_health: bool = True
+    not_applicable: dict[str, Annotated[str, Field(min_length=10)]] = Field(default_factory=dict)
+
+    @field_validator("not_applicable")
+    @classmethod
+    def _known_checks(cls, v: dict[str, str]) -> dict[str, str]:
+        for check_id in v:
+            if not checks.is_known(check_id):
+                raise ValueError(f"unknown check id {check_id!r}; the checks are: {', '.join(checks.CHECK_IDS)}")
+        return v
 
 
 class Waiver(Strict):
@@ -183,6 +197,19 @@ class Profile(Strict):
     def _has_model(self) -> Profile:
         if "model" not in self.vllm:
             raise ValueError("vllm.model (the model path inside the container) is not set by any layer")
+        return self
+
+    @model_validator(mode="after")
+    def _production_verifies_log_and_gpus(self) -> Profile:
+        if self.production:
+            barred = sorted(c for c in self.verify.not_applicable if checks.guards_production(c))
+            if barred:
+                raise ValueError(
+                    f"verify.not_applicable: {', '.join(barred)}: a production profile may not declare the log "
+                    "checks (test_log[...]) or test_gpu_health not applicable, because they are what catch a "
+                    "bad node that still answers HTTP; remove the entries (or set production: false for a "
+                    "profile that never takes traffic)"
+                )
         return self
 
     @property

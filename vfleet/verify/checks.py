@@ -1,0 +1,46 @@
+"""The ids of the boot-verify checks (the test names of smoke_tests/), kept here once.
+
+The profile schema validates `verify.not_applicable` against them, smoke_tests/test_6_log.py is
+parametrized by LOG_CHECKS, and tests/test_verify_checks.py checks that this list equals what pytest
+collects from smoke_tests/. `test_load[C<n>]` stands for one check per `verify.load.levels` entry.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: The log checks of smoke_tests/test_6_log.py, in the order they run.
+LOG_CHECKS: tuple[str, ...] = ("faults", "attention_backend", "graph_mode", "kv_tokens", "autofit")
+
+LOAD_TEMPLATE = "test_load[C<n>]"
+LOAD_ID_RE = re.compile(r"^test_load\[C[1-9][0-9]*\]$")
+
+#: Every check id, in the order the suite runs them.
+CHECK_IDS: tuple[str, ...] = (
+    "test_health",
+    "test_models",
+    "test_version",
+    "test_probes",
+    "test_prefix_cache_hit",
+    "test_prefix_cache_integrity",
+    LOAD_TEMPLATE,
+    "test_no_error_or_abort_finishes",
+    "test_health_after_load",
+    *(f"test_log[{c}]" for c in LOG_CHECKS),
+    "test_gpu_health",
+)
+
+
+def is_known(check_id: str) -> bool:
+    return check_id in CHECK_IDS or bool(LOAD_ID_RE.match(check_id))
+
+
+def template(check_id: str) -> str:
+    """The id as CHECK_IDS writes it (test_load[C32] -> test_load[C<n>])."""
+    return LOAD_TEMPLATE if LOAD_ID_RE.match(check_id) else check_id
+
+
+def guards_production(check_id: str) -> bool:
+    """Checks a production profile may not declare not applicable: the server log and GPU health are
+    what show a bad node that still answers HTTP."""
+    return check_id.startswith("test_log[") or check_id == "test_gpu_health"
