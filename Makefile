@@ -4,7 +4,7 @@ VENV ?= .venv
 V := $(VENV)/bin
 STAMP := $(VENV)/.vfleet-bootstrap
 
-.PHONY: help venv test lint check profiles patches demo boot-verify image rollout rollback fleet-verify fleet-status fleet-up fleet-down
+.PHONY: help venv test lint check profiles patches demo boot-verify image lb rollout rollback fleet-verify fleet-status fleet-up fleet-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -32,8 +32,8 @@ patches: $(STAMP) ## check the patch series: every patch parses, has its headers
 demo: $(STAMP) ## build the tiny model, start a local vLLM CPU server, boot-verify it, print the report path
 	$(V)/vfleet demo
 
-boot-verify: $(STAMP) ## verify a live server: URL=http://node:8000 PROFILE=model/platform [LOG=file|CONTAINER=name] [IMAGE=ref]
-	$(V)/vfleet verify $(if $(URL),--url $(URL)) $(if $(PROFILE),--profile $(PROFILE)) $(if $(LOG),--log $(LOG)) $(if $(CONTAINER),--container $(CONTAINER)) $(if $(IMAGE),--image $(IMAGE)) $(if $(OUT),--out $(OUT))
+boot-verify: $(STAMP) ## verify a live server: URL=http://node:8000 PROFILE=model/platform [LOG=file|CONTAINER=name] [IMAGE=ref] [ENV_FILE=/etc/vfleet/secrets.env] (API key: VLLM_API_KEY or ENV_FILE)
+	$(V)/vfleet verify $(if $(URL),--url $(URL)) $(if $(PROFILE),--profile $(PROFILE)) $(if $(LOG),--log $(LOG)) $(if $(CONTAINER),--container $(CONTAINER)) $(if $(IMAGE),--image $(IMAGE)) $(if $(ENV_FILE),--env-file $(ENV_FILE)) $(if $(OUT),--out $(OUT))
 
 image: $(STAMP) ## build an image: FAMILY=cpu|cuda|rocm [STANDIN=1 for the local GPU stand-in base]
 	$(V)/vfleet image build --family $(or $(FAMILY),cpu) $(if $(STANDIN),--standin)
@@ -41,14 +41,19 @@ image: $(STAMP) ## build an image: FAMILY=cpu|cuda|rocm [STANDIN=1 for the local
 INVENTORY ?= ansible/inventories/example
 FLEET_WHERE = $(if $(FLEET),--name $(FLEET),--inventory $(INVENTORY))
 
-rollout: $(STAMP) ## roll the fleet onto IMAGE=ref: canary, then batches [INVENTORY=dir|FLEET=test-fleet] [BATCH=n]
-	$(V)/vfleet fleet rollout $(FLEET_WHERE) --image $(IMAGE) $(if $(BATCH),--batch-size $(BATCH))
+FLEET_OPTS = $(if $(LIMIT),--limit $(LIMIT)) $(if $(BREAK_LOCK),--break-lock)
 
-rollback: $(STAMP) ## roll the fleet back to each node's previous image [IMAGE=ref to name one]
-	$(V)/vfleet fleet rollback $(FLEET_WHERE) $(if $(IMAGE),--image $(IMAGE))
+lb: $(STAMP) ## set up the HAProxy balancer in front of the nodes [INVENTORY=dir|FLEET=test-fleet]
+	$(V)/vfleet fleet lb $(FLEET_WHERE)
+
+rollout: $(STAMP) ## roll the fleet onto IMAGE=ref: canary, then batches [INVENTORY|FLEET] [BATCH=n] [LIMIT=pattern] [BREAK_LOCK=1]
+	$(V)/vfleet fleet rollout $(FLEET_WHERE) --image $(IMAGE) $(if $(BATCH),--batch-size $(BATCH)) $(FLEET_OPTS)
+
+rollback: $(STAMP) ## roll the fleet back to each node's previous image [IMAGE=ref to name one] [LIMIT] [BREAK_LOCK=1]
+	$(V)/vfleet fleet rollback $(FLEET_WHERE) $(if $(IMAGE),--image $(IMAGE)) $(FLEET_OPTS)
 
 fleet-verify: $(STAMP) ## boot-verify every running node of the fleet
-	$(V)/vfleet fleet verify $(FLEET_WHERE)
+	$(V)/vfleet fleet verify $(FLEET_WHERE) $(if $(LIMIT),--limit $(LIMIT))
 
 fleet-status: $(STAMP) ## what runs where: image digest, profile, health
 	$(V)/vfleet fleet status $(FLEET_WHERE)

@@ -3,12 +3,15 @@
 Inputs (pytest options, normally passed by `vfleet verify`):
   --vf-url URL            base URL of the server
   --vf-profile P          serve profile whose expectations apply (MODEL/PLATFORM)
-  --vf-api-key-env VAR    name of the environment variable that holds the API key (never the key)
+  --vf-api-key-env VAR    name of the environment variable that holds the API key (never the key;
+                          `vfleet verify` passes VFLEET_VERIFY_API_KEY, set in this process's environment)
   --vf-model NAME         served model name (default: the profile's)
   --vf-log FILE | --vf-container NAME   the server log, from a file or from `docker logs`
   --vf-out DIR            where results.json and figures.json go
 
-The files are numbered so checks that read the log and the metrics run after the traffic.
+The files are numbered so checks that read the log and the metrics run after the traffic. docker
+calls (`docker logs`, `docker exec`) go to DOCKER_HOST when it is set (`vfleet verify --docker-host`).
+A check that skips must be declared in the profile's `verify.not_applicable`, or the report fails.
 """
 
 from __future__ import annotations

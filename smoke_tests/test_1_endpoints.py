@@ -6,13 +6,16 @@ import json
 import subprocess
 from typing import Any
 
+import pytest
+
 from vfleet.paths import versions
-from vfleet.verify.target import Target
+from vfleet.verify.target import Target, docker_where
 
 
 def _expected_version(target: Target) -> tuple[str, str]:
     """The vLLM version the image manifest pins: the container's /etc/vfleet/versions.json when a
-    container is given, else the checkout's versions.json (the file every image bakes in)."""
+    container is given (on DOCKER_HOST when set), else the checkout's versions.json (the file every
+    image bakes in)."""
     if target.container:
         proc = subprocess.run(
             ["docker", "exec", target.container, "cat", "/etc/vfleet/versions.json"],
@@ -21,8 +24,12 @@ def _expected_version(target: Target) -> tuple[str, str]:
             timeout=60,
             check=False,
         )
-        if proc.returncode == 0:
-            return str(json.loads(proc.stdout)["vllm"]["version"]), f"{target.container}:/etc/vfleet/versions.json"
+        if proc.returncode != 0:
+            pytest.fail(
+                f"expected the image manifest /etc/vfleet/versions.json in container {target.container} "
+                f"({docker_where()}); `docker exec` said: {proc.stderr.strip()[:300]}"
+            )
+        return str(json.loads(proc.stdout)["vllm"]["version"]), f"{target.container}:/etc/vfleet/versions.json"
     return str(versions()["vllm"]["version"]), "versions.json"
 
 

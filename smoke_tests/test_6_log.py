@@ -7,25 +7,28 @@ from typing import Any
 import pytest
 
 from vfleet.verify import logcheck
+from vfleet.verify.checks import LOG_CHECKS
 from vfleet.verify.target import Target
-
-CHECKS = ["faults", "attention_backend", "graph_mode", "kv_tokens", "autofit"]
 
 
 @pytest.fixture(scope="module")
 def log_text(target: Target) -> str:
     text = target.log_text()
     if text is None:
-        pytest.skip("no server log given (--log FILE or --container NAME)")
+        pytest.skip("no server log given; pass --container NAME or --log FILE")
     return text
 
 
-@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("check", LOG_CHECKS)
 def test_log(target: Target, figures: dict[str, Any], log_text: str, check: str) -> None:
-    findings = {f.check: f for f in logcheck.all_checks(log_text, target.profile.verify)}
+    findings = {
+        f.check: f for f in logcheck.all_checks(log_text, target.profile.verify, production=target.profile.production)
+    }
     f = findings[check]
     if check == "kv_tokens":
         figures["kv_tokens"] = logcheck.kv_tokens(log_text)
+    if check == "attention_backend":
+        figures["attention_backends"] = logcheck.attention_backends(log_text)
     if f.skipped:
         pytest.skip(f.message)
     assert f.ok, f.message

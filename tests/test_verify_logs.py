@@ -4,6 +4,7 @@ check for the fault fails on each faulty one, with a message that says expected 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -63,9 +64,25 @@ def test_shutdown_traceback_is_not_a_fault() -> None:
 
 def test_checks_that_do_not_apply_are_skipped_with_reason() -> None:
     v = Verify(max_model_len=4096, min_kv_tokens=1, graph_mode=False)
-    res = _results("eager.log", v)
+    res = {f.check: f for f in logcheck.all_checks((LOGS / "eager.log").read_text(), v, production=False)}
     assert res["graph_mode"].ok is None and "does not expect graph mode" in res["graph_mode"].message
     assert res["attention_backend"].ok is None and "names no attention backend" in res["attention_backend"].message
+
+
+def test_production_profile_without_a_named_backend_needs_one_in_the_log() -> None:
+    """A production profile that names no verify.attention_backend: the check does not skip; any
+    backend the log names passes (and is recorded), a log that names none fails."""
+    v = Verify(max_model_len=4096, min_kv_tokens=1, graph_mode=True)
+    healthy = (LOGS / "healthy.log").read_text()
+    found = logcheck.check_attention_backend(healthy, v, production=True)
+    assert found.ok is True and "FLASH_ATTN" in found.message, found
+    assert logcheck.attention_backends(healthy) == ["FLASH_ATTN"]
+    silent = "\n".join(line for line in healthy.splitlines() if not logcheck.BACKEND_RE.search(line))
+    assert silent.count("\n") > 10
+    missing = logcheck.check_attention_backend(silent, v, production=True)
+    assert missing.ok is False
+    assert "expected a 'Using X backend' line naming the attention backend" in missing.message
+    assert missing.message.endswith("saw none")
 
 
 def test_wording_families() -> None:
@@ -114,3 +131,21 @@ def test_suite_log_checks_fail_on_a_recorded_fault(tmp_path: Path) -> None:
     assert "expected no auto-fit reduction; saw max_model_len reduced from 1,048,576 to 45,968" in proc.stdout
     # tiny/cpu expects >= 8,192 KV tokens: the recorded 45,968 passes; eager is waived for it (skipped).
     assert "1 failed" in proc.stdout and "2 passed" in proc.stdout and "2 skipped" in proc.stdout, proc.stdout[-800:]
+
+
+def _suite_log_checks(profile: str, log: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", str(ROOT / "smoke_tests" / "test_6_log.py"), "-v", "-p", "no:cacheprovider",
+         "-c", str(ROOT / "smoke_tests" / "pytest.ini"), "--rootdir", str(ROOT / "smoke_tests"),
+         "--vf-url", "http://127.0.0.1:9", "--vf-profile", profile, "--vf-log", str(log), "--vf-out", str(out)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_suite_records_the_backend_of_a_production_profile_that_names_none(tmp_path: Path) -> None:
+    """glm-5.3-flash/h200 names no attention backend: on the recorded H200 log every log check runs
+    (none skips) and the backend the log names lands in the figures."""
+    proc = _suite_log_checks("glm-5.3-flash/h200", LOGS / "healthy.log", tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "5 passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-800:]
+    assert json.loads((tmp_path / "figures.json").read_text())["attention_backends"] == ["FLASH_ATTN"]

@@ -14,7 +14,7 @@ import pytest
 from vfleet import tinymodel
 from vfleet.errors import VfleetError
 from vfleet.profiles import IntegritySpec
-from vfleet.verify import promotion, report
+from vfleet.verify import apikey, promotion, report
 from vfleet.verify.cacheprobe import ProbeSetupError, plan_fillers
 from vfleet.verify.metrics import Metrics, finishes, prefix_hits, unexpected_finishes
 
@@ -169,3 +169,57 @@ def test_verify_against_a_dead_server_fails_the_gate(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr
     rep = json.loads((tmp_path / "r" / "report.json").read_text())
     assert rep["passed"] is False and rep["counts"]["failed"] >= 1
+
+
+def test_verify_refuses_an_out_dir_that_already_holds_a_report(tmp_path: Path) -> None:
+    out = _report(tmp_path)
+    before = (out / "report.json").read_bytes()
+    proc = subprocess.run(
+        [sys.executable, "-m", "vfleet", "verify", "--url", "http://127.0.0.1:9", "--profile", "tiny/cpu",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "already holds a report; pass another --out" in proc.stderr, proc.stderr
+    assert (out / "report.json").read_bytes() == before
+
+
+KEY = "vf-unit-secret-5e1f"
+
+
+def test_env_file_is_read_like_docker_reads_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docker's rules (opts/envfile.go): BOM dropped, leading blanks trimmed, # comments, split at the
+    first =, no quote processing, value kept as is, a bare KEY taken from the environment."""
+    env = tmp_path / "secrets.env"
+    env.write_bytes(
+        b'\xef\xbb\xbfHF_TOKEN=hf_x\r\n# VLLM_API_KEY=commented\n\n   QUOTED="a b"\nEQ=a=b \nPASS\nGONE\n'
+        + f"VLLM_API_KEY={KEY}\n".encode()
+    )
+    monkeypatch.setenv("PASS", "from-env")
+    monkeypatch.delenv("GONE", raising=False)
+    assert apikey.parse_env_file(env) == {
+        "HF_TOKEN": "hf_x", "QUOTED": '"a b"', "EQ": "a=b ", "PASS": "from-env", "VLLM_API_KEY": KEY,
+    }  # fmt: skip
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    key = apikey.resolve(env_file=env)
+    assert key.value == KEY and key.source == f"VLLM_API_KEY from --env-file {env}" and KEY not in repr(key)
+
+
+def test_api_key_sources_and_their_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_API_KEY", KEY)
+    assert apikey.resolve().value == KEY  # the default, as vLLM's server reads it
+    monkeypatch.setenv("OTHER_KEY", "other")
+    assert apikey.resolve(api_key_env="OTHER_KEY").value == "other"
+    monkeypatch.delenv("VLLM_API_KEY")
+    assert apikey.resolve().value is None
+    with pytest.raises(VfleetError, match="--api-key-env NOPE: that environment variable is empty or unset"):
+        apikey.resolve(api_key_env="NOPE")
+    bad = tmp_path / "bad.env"
+    bad.write_text(f"VLLM_API_KEY {KEY}\n")
+    with pytest.raises(VfleetError, match="line 1 is not KEY=VALUE") as exc:
+        apikey.resolve(env_file=bad)
+    assert KEY not in str(exc.value)
+    (tmp_path / "nokey.env").write_text("HF_TOKEN=x\n")
+    with pytest.raises(VfleetError, match=r"no VLLM_API_KEY=\.\.\. line"):
+        apikey.resolve(env_file=tmp_path / "nokey.env")
+    with pytest.raises(VfleetError, match="cannot read it"):
+        apikey.resolve(env_file=tmp_path / "missing.env")

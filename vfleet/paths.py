@@ -35,3 +35,16 @@ def versions() -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise VfleetError(f"{path}: cannot read the pin file ({exc}); restore it from git") from exc
     return data
+
+
+def reports_dir() -> Path:
+    """The one reports root: boot-verify reports (`vfleet verify`, `vfleet demo`) go under it,
+    `vfleet promote` searches it, and the promotions registry is its promotions.jsonl.
+
+    VFLEET_REPORTS wins; otherwise reports/ of the vfleet home (the checkout, or VFLEET_HOME in an
+    image). Always absolute, so every working directory (ansible-playbook runs in ansible/) sees the
+    same files.
+    """
+    env = os.environ.get("VFLEET_REPORTS")
+    root = Path(env).expanduser() if env else home() / "reports"
+    return root.resolve()

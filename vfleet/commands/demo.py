@@ -13,6 +13,7 @@ from typing import Any
 from vfleet import tinymodel
 from vfleet.commands.verify import summary
 from vfleet.errors import VfleetError
+from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
 from vfleet.render import default_image
 from vfleet.server import ContainerServer, VllmServer, image_present
@@ -26,7 +27,7 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(
         name, help="tiny model + local vLLM CPU server + boot-verify", description=__doc__
     )
-    p.add_argument("--out", type=Path, help="report directory (default reports/demo-<time>)")
+    p.add_argument("--out", type=Path, help="report directory (default REPORTS/demo-<time>, vfleet.paths.reports_dir)")
     p.add_argument("--model-dir", type=Path, help="tiny model directory (default .cache/models/tiny)")
     p.add_argument(
         "--server",
@@ -39,7 +40,7 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    out = (args.out or Path("reports") / f"demo-{stamp}").resolve()
+    out = (args.out or reports_dir() / f"demo-{stamp}").resolve()
     profile = Catalog().load(PROFILE)
     with step("build the tiny model", expect_s=15):
         model = tinymodel.build(args.model_dir)
@@ -64,10 +65,10 @@ def run(args: argparse.Namespace) -> int:
                     s.note = "last: " + line.split("::", 1)[1][:70]
 
             if isinstance(server, ContainerServer):
-                os.environ["VFLEET_DEMO_API_KEY"] = server.api_key
+                # The container's key, as an operator has it: VLLM_API_KEY in the environment.
+                os.environ["VLLM_API_KEY"] = server.api_key
                 res = runner.run(
-                    url=server.url, profile=PROFILE, out=out, container=server.name, image=image,
-                    api_key_env="VFLEET_DEMO_API_KEY", on_line=note,
+                    url=server.url, profile=PROFILE, out=out, container=server.name, image=image, on_line=note,
                 )  # fmt: skip
             else:
                 res = runner.run(url=server.url, profile=PROFILE, out=out, log=server.log_path, on_line=note)

@@ -1,6 +1,11 @@
-"""`vfleet promote IMAGE --profile P`: record that an image digest may serve a profile. Refuses unless
-a passing, complete boot-verify report exists for that digest and profile. With --check, exit 0 only
-if the image is already promoted for the profile (the Ansible preflight uses this)."""
+"""`vfleet promote REF --profile P`: record that an image's registry digest may serve a profile.
+Refuses unless a passing, complete boot-verify report exists for that digest and profile (for a
+production profile: with the digest read from the verified container). With --check, exit 0 only if
+the image is already promoted for the profile (the Ansible preflight uses this).
+
+REF is REPO@sha256:DIGEST (the digest is taken from it) or REPO:TAG (docker's RepoDigests entry of
+REPO on this host); an image that was never pushed or pulled has no registry digest and is refused.
+The reports root and the registry are absolute (vfleet.paths.reports_dir), whatever the cwd."""
 
 from __future__ import annotations
 
@@ -12,35 +17,45 @@ from vfleet.errors import VfleetError
 from vfleet.verify import promotion
 
 
+def _default_registry_text() -> str:
+    try:
+        return str(promotion.default_registry())
+    except VfleetError:
+        return "REPORTS/promotions.jsonl"
+
+
 def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(
         name, help="promote an image that passed boot-verify", description=__doc__
     )
-    p.add_argument("image", help="image reference: NAME:TAG (docker looks up the digest) or NAME@sha256:...")
+    p.add_argument("image", metavar="REF", help="REPO@sha256:DIGEST, or REPO:TAG (docker looks up its registry digest)")
     p.add_argument("--profile", required=True, help="serve profile (MODEL/PLATFORM)")
-    p.add_argument("--report", type=Path, help="report directory or report.json (default: search reports/)")
+    p.add_argument(
+        "--report", type=Path, help="report directory or report.json (default: search the reports root, VFLEET_REPORTS)"
+    )
     p.add_argument(
         "--registry",
         type=Path,
-        default=promotion.DEFAULT_REGISTRY,
-        help=f"promotions file, JSON lines, append-only (default {promotion.DEFAULT_REGISTRY})",
+        default=None,
+        help=f"promotions file, JSON lines, append-only (default {_default_registry_text()}; VFLEET_PROMOTIONS)",
     )
-    p.add_argument("--check", action="store_true", help="exit 0 only if IMAGE is promoted for the profile")
+    p.add_argument("--check", action="store_true", help="exit 0 only if REF is promoted for the profile")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    registry: Path = args.registry or promotion.default_registry()
     if args.check:
         try:
-            entry = promotion.is_promoted(args.image, args.profile, args.registry)
+            entry = promotion.is_promoted(args.image, args.profile, registry)
         except VfleetError as exc:
             print(f"not promoted: {exc}")
             return 1
         if entry is None:
-            print(f"not promoted: {args.image} for {args.profile} (registry {args.registry})")
+            print(f"not promoted: {args.image} for {args.profile} (registry {registry})")
             return 1
         print(f"promoted: {entry['digest']} for {args.profile} at {entry['promoted_at']} (report {entry['report']})")
         return 0
-    entry = promotion.promote(args.image, args.profile, args.report, args.registry)
-    print(f"promoted {args.image} ({entry['digest']}) for {args.profile}; recorded in {args.registry}")
+    entry = promotion.promote(args.image, args.profile, args.report, registry)
+    print(f"promoted {args.image} ({entry['digest']}) for {args.profile}; recorded in {registry}")
     return 0

@@ -1,5 +1,11 @@
 """`vfleet verify`: run the boot-verify suite (smoke_tests/) against a live server; the exit code is
-the gate (0 pass). Writes DIR/report.json, report.xml (JUnit), report.md and PNG plots."""
+the gate: 0 only when no check failed and every skipped check is declared not applicable by the
+profile (verify.not_applicable), 1 otherwise, 2 for bad input. Writes DIR/report.json, report.xml
+(JUnit), report.md and PNG plots.
+
+The API key is VLLM_API_KEY from the environment (as vLLM's server takes it), or VLLM_API_KEY from
+the node's docker env file (--env-file), or the variable --api-key-env names; it is passed on through
+the environment, never on a command line, and never written to the report."""
 
 from __future__ import annotations
 
@@ -16,13 +22,39 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--url", required=True, help="server base URL, e.g. http://node1:8000")
     p.add_argument("--profile", required=True, help="serve profile whose expectations apply (MODEL/PLATFORM)")
-    p.add_argument("--api-key-env", metavar="VAR", help="environment variable that holds the API key")
+    key = p.add_mutually_exclusive_group()
+    key.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="environment variable that holds the API key (default: VLLM_API_KEY, as vLLM's server reads it)",
+    )
+    key.add_argument(
+        "--env-file",
+        type=Path,
+        metavar="FILE",
+        help="the node's docker env file (e.g. /etc/vfleet/secrets.env): the API key is its VLLM_API_KEY",
+    )
     p.add_argument("--model", help="served model name (default: the profile's)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--log", type=Path, help="the server log file")
-    src.add_argument("--container", help="read the log with `docker logs NAME` (and run GPU health in it)")
-    p.add_argument("--image", help="image reference (NAME:TAG or NAME@sha256:...) recorded with its digest")
-    p.add_argument("--out", type=Path, help="report directory (default reports/verify-<profile>-<time>)")
+    src.add_argument(
+        "--container",
+        help="the serving container: its log (`docker logs`), image manifest and GPU health, and the image it "
+        "runs (id and registry digest, read from docker)",
+    )
+    p.add_argument(
+        "--docker-host",
+        metavar="URL",
+        help="docker daemon of the container (tcp://NODE:2375, ssh://USER@NODE): DOCKER_HOST for every docker call",
+    )
+    p.add_argument(
+        "--image",
+        metavar="REF",
+        help="image reference (REPO:TAG or REPO@sha256:D); with --container it must be what the container runs",
+    )
+    p.add_argument(
+        "--out", type=Path, help="report directory, must hold no report (default REPORTS/verify-<profile>-<time>)"
+    )
     p.add_argument(
         "-k",
         dest="select",
@@ -39,9 +71,11 @@ def run(args: argparse.Namespace) -> int:
         profile=args.profile,
         out=out,
         api_key_env=args.api_key_env,
+        env_file=args.env_file,
         model=args.model,
         log=args.log,
         container=args.container,
+        docker_host=args.docker_host,
         image=args.image,
         select=args.select,
     )
@@ -59,6 +93,19 @@ def summary(rep: dict[str, Any], out: Path) -> str:
     for t in rep["checks"]:
         if t["outcome"] == "failed":
             lines.append(f"  FAILED {t['id']}: {t['message'].splitlines()[0] if t['message'] else ''}")
+    for u in rep.get("unexcused_skips") or []:
+        why = u["message"].splitlines()[0] if u["message"] else "no reason given"
+        lines.append(f"  not verified: {u['id']} skipped: {why}")
+    if rep.get("unexcused_skips"):
+        lines.append(
+            "  (a skipped check fails the gate unless the profile declares it in verify.not_applicable with a reason)"
+        )
+    img = rep.get("image") or {}
+    if img.get("ref") or img.get("id"):
+        lines.append(
+            f"  image {img.get('ref')} id {img.get('id') or '-'}: registry digest {img.get('digest') or 'none'} "
+            f"({img.get('source')}; {img.get('reason')})"
+        )
     f = rep["figures"]
     if f.get("integrity"):
         i = f["integrity"]

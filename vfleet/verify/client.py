@@ -11,10 +11,16 @@ from typing import Any
 
 from vfleet.verify.metrics import Metrics
 
+UNAUTHORIZED_HINT = (
+    "the server wants an API key: export VLLM_API_KEY, or pass --env-file FILE (the node's docker env file) "
+    "or --api-key-env VAR"
+)
+
 
 class HttpError(Exception):
     def __init__(self, url: str, status: int, body: str) -> None:
-        super().__init__(f"{url}: HTTP {status}: {body[:300]}")
+        hint = f" ({UNAUTHORIZED_HINT})" if status == 401 else ""
+        super().__init__(f"{url}: HTTP {status}: {body[:300]}{hint}")
         self.status = status
         self.body = body
 

@@ -1,5 +1,11 @@
-"""Promotion: an image digest is promoted for a profile only on a passing, complete boot-verify
-report for that digest and profile. Promotions are appended to a JSON-lines registry."""
+"""Promotion: an image's registry digest is promoted for a profile only on a passing, complete
+boot-verify report for that digest and profile. Promotions are appended to a JSON-lines registry.
+
+Digests are registry manifest digests (`REPO@sha256:D`, what a rollout pulls), never local image IDs:
+`vfleet promote REF` resolves REF the same way `vfleet verify` records a report's digest
+(vfleet.verify.image). A production profile needs a report whose digest was read from the verified
+container (`vfleet verify --container`); a non-production one may use a digest from a reference.
+"""
 
 from __future__ import annotations
 
@@ -11,18 +17,20 @@ from pathlib import Path
 from typing import Any
 
 from vfleet.errors import VfleetError
-from vfleet.verify.runner import image_digest
+from vfleet.paths import reports_dir
+from vfleet.profiles import Catalog
+from vfleet.verify import report as report_mod
+from vfleet.verify.image import SOURCE_CONTAINER, registry_digest
 
-#: The registry: VFLEET_PROMOTIONS, else reports/promotions.jsonl under the current directory.
-DEFAULT_REGISTRY = Path(os.environ.get("VFLEET_PROMOTIONS", str(Path("reports") / "promotions.jsonl")))
-DEFAULT_REPORTS = Path("reports")
+
+def default_registry() -> Path:
+    """VFLEET_PROMOTIONS, else promotions.jsonl in the reports root (absolute, whatever the cwd)."""
+    env = os.environ.get("VFLEET_PROMOTIONS")
+    return Path(env).expanduser().resolve() if env else reports_dir() / "promotions.jsonl"
 
 
 def resolve_digest(image: str) -> str:
-    digest, how = image_digest(image)
-    if not digest:
-        raise VfleetError(f"cannot find the digest of {image}: {how}")
-    return digest
+    return registry_digest(image)
 
 
 def _load(path: Path) -> dict[str, Any] | None:
@@ -33,46 +41,70 @@ def _load(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def find_report(digest: str, profile: str, report_dir: Path | None) -> tuple[Path, dict[str, Any]]:
+def report_problems(rep: dict[str, Any], digest: str, profile: str, production: bool) -> list[str]:
+    """Why a report cannot promote ``digest`` for ``profile`` (empty when it can)."""
+    img = rep.get("image") or {}
+    why: list[str] = []
+    if img.get("digest") != digest:
+        why.append(f"digest {img.get('digest')}")
+    if rep.get("profile") != profile:
+        why.append(f"profile {rep.get('profile')}")
+    if int(rep.get("schema") or 0) < report_mod.SCHEMA:
+        why.append(f"report schema {rep.get('schema')} predates fail-closed gating; run vfleet verify again")
+    if not rep.get("passed"):
+        why.append("did not pass")
+    unexcused = rep.get("unexcused_skips") or []
+    if unexcused:
+        why.append("not verified (skipped, not declared not applicable): " + ", ".join(u["id"] for u in unexcused))
+    if rep.get("partial"):
+        why.append("partial run (-k)")
+    if production and img.get("digest") == digest and img.get("source") != SOURCE_CONTAINER:
+        why.append(
+            f"digest taken from {img.get('source') or 'nowhere'}, not read from the verified container; a production "
+            "profile needs `vfleet verify --container NAME [--docker-host URL]`"
+        )
+    return why
+
+
+def find_report(
+    digest: str, profile: str, report_dir: Path | None, production: bool = True
+) -> tuple[Path, dict[str, Any]]:
     """The newest passing, complete report for digest+profile; VfleetError naming what is wrong otherwise."""
+    root = reports_dir()
     if report_dir is not None:
         candidates = [report_dir / "report.json"] if report_dir.is_dir() else [report_dir]
     else:
-        candidates = sorted(DEFAULT_REPORTS.glob("**/report.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        candidates = sorted(root.glob("**/report.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     seen: list[str] = []
     for path in candidates:
         rep = _load(path)
         if rep is None:
             seen.append(f"{path}: not a readable report")
             continue
-        rd = (rep.get("image") or {}).get("digest")
-        why = []
-        if rd != digest:
-            why.append(f"digest {rd}")
-        if rep.get("profile") != profile:
-            why.append(f"profile {rep.get('profile')}")
-        if not rep.get("passed"):
-            why.append("did not pass")
-        if rep.get("partial"):
-            why.append("partial run (-k)")
+        why = report_problems(rep, digest, profile, production)
         if not why:
             return path, rep
         seen.append(f"{path}: " + ", ".join(why))
-    where = str(report_dir) if report_dir else f"{DEFAULT_REPORTS}/**/report.json"
+    where = str(report_dir) if report_dir else f"{root}/**/report.json"
     detail = ("; ".join(seen[:5])) if seen else "no reports found"
     raise VfleetError(
         f"no passing boot-verify report for {digest} on {profile} in {where} ({detail}); "
-        f"run `vfleet verify --image IMAGE --profile {profile} ...` first"
+        f"run `vfleet verify --profile {profile} --container NAME --image IMAGE ...` first"
     )
 
 
-def promote(image: str, profile: str, report_dir: Path | None, registry: Path) -> dict[str, Any]:
+def promote(image: str, profile: str, report_dir: Path | None, registry: Path | None = None) -> dict[str, Any]:
+    registry = registry or default_registry()
+    production = Catalog().load(profile).production
     digest = resolve_digest(image)
-    path, rep = find_report(digest, profile, report_dir)
+    path, rep = find_report(digest, profile, report_dir, production)
+    img = rep.get("image") or {}
     entry = {
         "promoted_at": dt.datetime.now(dt.UTC).isoformat(),
         "image": image,
         "digest": digest,
+        "image_id": img.get("id"),
+        "digest_source": img.get("source"),
         "profile": profile,
         "report": str(path.resolve()),
         "vllm_version": rep.get("vllm_version"),
@@ -84,7 +116,8 @@ def promote(image: str, profile: str, report_dir: Path | None, registry: Path) -
     return entry
 
 
-def is_promoted(image: str, profile: str, registry: Path) -> dict[str, Any] | None:
+def is_promoted(image: str, profile: str, registry: Path | None = None) -> dict[str, Any] | None:
+    registry = registry or default_registry()
     digest = resolve_digest(image)
     if not registry.is_file():
         return None

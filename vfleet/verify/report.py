@@ -7,18 +7,36 @@ import json
 from pathlib import Path
 from typing import Any
 
-SCHEMA = 1
+#: 2: `passed` fails closed on unexcused skips (`unexcused_skips`, `not_applicable`); `image` holds the
+#: image id and the registry manifest digest with its source (vfleet.verify.image.ImageRecord).
+SCHEMA = 2
 
 
 def build(
     results: dict[str, Any],
     figures: dict[str, Any],
     meta: dict[str, Any],
+    not_applicable: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """The report. It passes only when the suite ran, nothing failed and every skipped check is one
+    the profile declares not applicable (``not_applicable``: check id -> reason); any other skip is
+    listed in `unexcused_skips` and fails it."""
+    declared = not_applicable or {}
     tests: list[dict[str, Any]] = results.get("tests", [])
     counts = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "skipped")}
+    unexcused: list[dict[str, str]] = []
+    excused: dict[str, str] = {}
+    for t in tests:
+        if t["outcome"] != "skipped":
+            continue
+        reason = declared.get(t["name"])
+        if reason:
+            t["not_applicable"] = reason
+            excused[t["name"]] = reason
+        else:
+            unexcused.append({"id": t["name"], "message": t.get("message") or ""})
     exitstatus = int(results.get("exitstatus", 1))
-    passed = exitstatus == 0 and counts["failed"] == 0 and counts["passed"] > 0
+    passed = exitstatus == 0 and counts["failed"] == 0 and counts["passed"] > 0 and not unexcused
     figs = {k: v for k, v in figures.items() if k not in ("load_warmed",)}
     for row in figs.get("load", []):
         row.pop("latencies_ms_full", None)
@@ -29,6 +47,8 @@ def build(
         "vllm_version": figures.get("vllm_version"),
         "pytest_exitstatus": exitstatus,
         "counts": counts,
+        "unexcused_skips": unexcused,
+        "not_applicable": excused,
         "checks": tests,
         "figures": figs,
     }
@@ -105,18 +125,30 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
         f"| server | `{report.get('url')}` |",
         f"| served model | `{report.get('served_model')}` |",
         f"| vLLM (/version) | {report.get('vllm_version')} |",
-        f"| image | `{img.get('ref') or '–'}` digest `{img.get('digest') or '–'}` |",
-        f"| checks | {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped |",
+        f"| image | `{img.get('ref') or '–'}` id `{img.get('id') or '–'}` |",
+        f"| registry digest | `{img.get('digest') or '–'}` ({img.get('source') or 'no image'}: {img.get('reason')}) |",
+        f"| checks | {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped "
+        f"({len(report.get('unexcused_skips') or [])} not verified) |",
         f"| suite wall time | {_fmt(report.get('wall_s'))} s |",
         "",
+    ]
+    if report.get("unexcused_skips"):
+        lines += ["## Not verified (skipped, not declared not applicable by the profile)", ""]
+        lines += [f"- `{u['id']}`: {u['message']}" for u in report["unexcused_skips"]]
+        lines.append("")
+    lines += [
         "## Checks",
         "",
         "| check | outcome | s | detail |",
         "|---|---|---|---|",
     ]
     for t in report["checks"]:
-        msg = (t.get("message") or "").replace("\n", " ").replace("|", "\\|")[:300]
-        lines.append(f"| `{t['id']}` | {t['outcome']} | {t['duration_s']:.2f} | {msg} |")
+        outcome, text = t["outcome"], t.get("message") or ""
+        if outcome == "skipped":
+            outcome = "not applicable" if t.get("not_applicable") else "**skipped: not verified**"
+            text = t.get("not_applicable") or text
+        msg = text.replace("\n", " ").replace("|", "\\|")[:300]
+        lines.append(f"| `{t['id']}` | {outcome} | {t['duration_s']:.2f} | {msg} |")
     f = report["figures"]
     integ = f.get("integrity")
     if integ:

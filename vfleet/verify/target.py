@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,12 @@ import pytest
 from vfleet.profiles import Profile
 from vfleet.verify.client import Client
 from vfleet.verify.metrics import Metrics
+
+
+def docker_where() -> str:
+    """Which docker daemon the suite's docker calls reach (`vfleet verify --docker-host` sets it)."""
+    host = os.environ.get("DOCKER_HOST")
+    return f"DOCKER_HOST={host}" if host else "the local docker"
 
 
 @dataclass
@@ -34,6 +41,9 @@ class Target:
                 ["docker", "logs", self.container], capture_output=True, text=True, timeout=60, check=False
             )
             if proc.returncode != 0:
-                pytest.fail(f"expected `docker logs {self.container}` to work; saw: {proc.stderr.strip()[:300]}")
+                pytest.fail(
+                    f"expected `docker logs {self.container}` ({docker_where()}) to work; "
+                    f"saw: {proc.stderr.strip()[:300]}"
+                )
             return proc.stdout + proc.stderr
         return None

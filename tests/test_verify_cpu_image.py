@@ -1,0 +1,114 @@
+"""`make boot-verify` against the CPU image started the way a node runs it: the `vfleet render tiny/cpu
+--format docker` argv (vfleet.render.docker_run_argv, through vfleet.server.ContainerServer) with a
+free host port and an env file holding VLLM_API_KEY, the key the image requires.
+
+Runs when the image `vfleet-cpu:<vllm>-vfleet<version>` (vfleet.images.image_ref("cpu")) is built
+here; tests/test_image_cpu.py builds it. One container for the module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO
+from test_verify_live import CmdlineWatch, assert_no_leak
+
+from vfleet import tinymodel
+from vfleet.dockerd import ensure_dockerd
+from vfleet.images import image_ref
+from vfleet.profiles import Catalog
+from vfleet.server import ContainerServer, image_present
+
+pytestmark = pytest.mark.slow
+PROFILE = "tiny/cpu"
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[ContainerServer]:
+    ensure_dockerd()
+    image = image_ref("cpu")
+    if not image_present(image):
+        pytest.skip(f"the CPU image {image} is not built here (tests/test_image_cpu.py builds it)")
+    server = ContainerServer(Catalog().load(PROFILE), tinymodel.build(), image, health_timeout_s=420)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _inspect(kind: str, name: str) -> dict[str, Any]:
+    out = subprocess.run(["docker", kind, "inspect", name], capture_output=True, text=True, check=True).stdout
+    data: dict[str, Any] = json.loads(out)[0]
+    return data
+
+
+def make_boot_verify(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", str(REPO), "-o", ".venv/.vfleet-bootstrap", "boot-verify", *args],
+        capture_output=True, text=True, timeout=600, check=False, env=env,
+    )  # fmt: skip
+
+
+def _without_key() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
+
+
+def test_make_boot_verify_with_vllm_api_key_exported(served: ContainerServer, tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    with CmdlineWatch(served.api_key) as watch:
+        proc = make_boot_verify(
+            f"URL={served.url}", f"PROFILE={PROFILE}", f"CONTAINER={served.name}", f"OUT={out}",
+            env={**_without_key(), "VLLM_API_KEY": served.api_key},
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["passed"] and rep["unexcused_skips"] == [] and rep["log"] == f"docker logs {served.name}"
+    assert rep["api_key"] == "environment variable VLLM_API_KEY"
+    img = rep["image"]
+    inspected = _inspect("image", served.image)
+    assert img["source"] == "container" and img["container"] == served.name and img["ref"] == served.image
+    assert img["id"] == _inspect("container", served.name)["Image"] == inspected["Id"]
+    assert img["repo_digests"] == sorted(inspected.get("RepoDigests") or [])
+    checks = {c["name"]: c for c in rep["checks"]}
+    assert checks["test_version"]["outcome"] == "passed"  # /etc/vfleet/versions.json read in the container
+    assert_no_leak(served.api_key, out, proc, watch)
+
+
+def test_vfleet_verify_as_the_fleet_calls_it_with_the_env_file(served: ContainerServer, tmp_path: Path) -> None:
+    """`--container --docker-host --image --env-file`, no VLLM_API_KEY in the environment."""
+    env_file = tmp_path / "secrets.env"
+    env_file.write_text(f"# /etc/vfleet/secrets.env of the node\nHF_TOKEN=hf_unused\nVLLM_API_KEY={served.api_key}\n")
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    out = tmp_path / "r"
+    with CmdlineWatch(served.api_key) as watch:
+        proc = subprocess.run(
+            [sys.executable, "-m", "vfleet", "verify", "--url", served.url, "--profile", PROFILE,
+             "--container", served.name, "--docker-host", host, "--image", served.image, "--out", str(out),
+             "--env-file", str(env_file)],
+            capture_output=True, text=True, timeout=600, check=False, env=_without_key(),
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["passed"] and rep["api_key"] == f"VLLM_API_KEY from --env-file {env_file}"
+    assert rep["image"]["docker_host"] == host and rep["image"]["source"] == "container"
+    assert_no_leak(served.api_key, out, proc, watch)
+
+
+def test_make_boot_verify_with_env_file_and_no_key_exported(served: ContainerServer, tmp_path: Path) -> None:
+    env_file = tmp_path / "secrets.env"
+    env_file.write_text(f"VLLM_API_KEY={served.api_key}\n")
+    out = tmp_path / "r"
+    proc = make_boot_verify(
+        f"URL={served.url}", f"PROFILE={PROFILE}", f"CONTAINER={served.name}", f"ENV_FILE={env_file}", f"OUT={out}",
+        env=_without_key(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert json.loads((out / "report.json").read_text())["passed"]

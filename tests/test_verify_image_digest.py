@@ -1,0 +1,274 @@
+"""The digest of what actually ran: `vfleet verify --container` reads the image from docker (the
+container's image id, that image's RepoDigests), `--docker-host` reaches the daemon of the container,
+an `--image` that names another image is refused, and `vfleet promote` resolves a tag to the registry
+manifest digest, not to the local image id.
+
+Real docker and a real registry (Debian's docker-registry, the CNCF distribution registry, on a free
+loopback port, installed with apt-get when missing): two small images made with `docker import`, one
+pushed (it has RepoDigests) and one never pushed; one container of each, created and never started
+(`--log-driver none`, so `docker logs` fails and shows which daemon the suite asked). No vLLM server is
+needed: the image is read before the suite runs, and the server URL points nowhere. Everything made
+here is labelled org.vfleet.test=verify-image-digest and removed by its exact name.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_promotion import write_report
+
+from vfleet.dockerd import ensure_dockerd
+from vfleet.server import free_port
+from vfleet.verify import apikey
+
+pytestmark = pytest.mark.slow
+LABEL = "org.vfleet.test=verify-image-digest"
+DEAD_URL = "http://127.0.0.1:9"
+
+
+def docker(*args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(["docker", *args], input=stdin, capture_output=True, timeout=300, check=False, env=env)
+    assert proc.returncode == 0, f"docker {' '.join(args)}: {proc.stderr.decode(errors='replace')[-800:]}"
+    return proc.stdout.decode()
+
+
+def vfleet(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vfleet", *args], capture_output=True, text=True, timeout=300, check=False, cwd=cwd
+    )
+
+
+def local_docker_host() -> str:
+    """The local daemon, written as a --docker-host URL."""
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    ensure_dockerd()
+    binary = shutil.which("docker-registry")
+    if binary is None and os.geteuid() == 0:
+        apt_env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "docker-registry"]):
+            subprocess.run(argv, capture_output=True, check=False, env=apt_env, timeout=600)
+        binary = shutil.which("docker-registry")
+    if binary is None:
+        pytest.skip("docker-registry is not installed and cannot be (apt-get install -y docker-registry)")
+    work = tmp_path_factory.mktemp("registry")
+    port = free_port()
+    (work / "config.yml").write_text(
+        f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {work / 'store'}\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    with (work / "registry.log").open("wb") as log:
+        proc = subprocess.Popen([binary, "serve", str(work / "config.yml")], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except (urllib.error.URLError, OSError):
+                pass
+            assert proc.poll() is None, (work / "registry.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "the registry did not answer /v2/ within 30 s"
+            time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _import(ref: str) -> str:
+    """A one-file image with unique content, made with `docker import`; returns its id."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        data = f"{ref} {secrets.token_hex(8)}\n".encode()
+        info = tarfile.TarInfo("vfleet-test.txt")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    docker("import", "--change", f"LABEL {LABEL}", "-", ref, stdin=buf.getvalue())
+    return docker("image", "inspect", "--format", "{{.Id}}", ref).strip()
+
+
+@dataclass
+class Made:
+    registry: str
+    repo: str  # the pushed image's repository
+    pushed: str  # REPO:TAG, pushed
+    pushed_id: str
+    digest: str  # its registry manifest digest
+    local: str  # REPO:TAG, never pushed
+    local_id: str
+    c_pushed: str  # containers (created, not started)
+    c_local: str
+
+
+@pytest.fixture(scope="module")
+def made(registry: str) -> Iterator[Made]:
+    tag = secrets.token_hex(4)
+    repo = f"{registry}/vfleet-verify-test"
+    pushed, local = f"{repo}:{tag}", f"vfleet-verify-test-local:{tag}"
+    c_pushed, c_local = f"vfleet-verify-test-{tag}-pushed", f"vfleet-verify-test-{tag}-local"
+    refs: list[str] = []
+    names: list[str] = []
+    try:
+        pushed_id = _import(pushed)
+        refs.append(pushed)
+        local_id = _import(local)
+        refs.append(local)
+        docker("push", pushed)
+        repo_digests = json.loads(docker("image", "inspect", "--format", "{{json .RepoDigests}}", pushed))
+        assert repo_digests and repo_digests[0].startswith(f"{repo}@sha256:"), repo_digests
+        for name, ref in ((c_pushed, pushed), (c_local, local)):
+            docker("create", "--name", name, "--label", LABEL, "--log-driver", "none", ref, "/not-started")
+            names.append(name)
+        yield Made(
+            registry=registry, repo=repo, pushed=pushed, pushed_id=pushed_id, digest=repo_digests[0].split("@")[1],
+            local=local, local_id=local_id, c_pushed=c_pushed, c_local=c_local,
+        )  # fmt: skip
+    finally:
+        for name in names:
+            subprocess.run(["docker", "rm", "--force", name], capture_output=True, check=False, timeout=120)
+        for ref in refs:
+            subprocess.run(["docker", "image", "rm", ref], capture_output=True, check=False, timeout=120)
+
+
+def _report(out: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((out / "report.json").read_text())
+    return data
+
+
+def test_verify_records_the_image_the_container_runs(made: Made, tmp_path: Path) -> None:
+    host = local_docker_host()
+    out = tmp_path / "r"
+    proc = vfleet(
+        "verify", "--url", DEAD_URL, "--profile", "tiny/cpu", "--container", made.c_pushed, "--docker-host", host,
+        "-k", "test_log", "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr  # the log cannot be read: the gate fails
+    img = _report(out)["image"]
+    assert img == {
+        "ref": made.pushed,  # what the container was started as
+        "id": made.pushed_id,
+        "digest": made.digest,
+        "repo_digests": [f"{made.repo}@{made.digest}"],
+        "source": "container",
+        "reason": f"read from container {made.c_pushed}: RepoDigests entry of {made.repo}",
+        "container": made.c_pushed,
+        "docker_host": host,
+    }
+    assert made.digest != made.pushed_id  # a registry digest, not the local image id
+    # The suite's own docker calls (docker logs) went to the same daemon.
+    faults = next(c for c in _report(out)["checks"] if c["name"] == "test_log[faults]")
+    assert f"expected `docker logs {made.c_pushed}` (DOCKER_HOST={host}) to work" in faults["message"], faults
+    # The operator may name the same image by digest or by tag.
+    for ref in (f"{made.repo}@{made.digest}", made.pushed):
+        again = tmp_path / f"r-{len(list(tmp_path.iterdir()))}"
+        proc = vfleet(
+            "verify", "--url", DEAD_URL, "--profile", "tiny/cpu", "--container", made.c_pushed, "--image", ref,
+            "-k", "test_health", "--out", str(again),
+        )  # fmt: skip
+        assert proc.returncode == 1, proc.stderr
+        img = _report(again)["image"]
+        assert (img["ref"], img["digest"], img["id"]) == (ref, made.digest, made.pushed_id)
+
+
+def test_an_image_never_pushed_has_no_registry_digest(made: Made, tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    proc = vfleet(
+        "verify", "--url", DEAD_URL, "--profile", "tiny/cpu", "--container", made.c_local, "-k", "test_health",
+        "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    img = _report(out)["image"]
+    assert img["id"] == made.local_id and img["repo_digests"] == [] and img["digest"] is None
+    assert "never pushed to or pulled from a registry" in img["reason"] and "REPO@sha256:DIGEST" in img["reason"]
+
+
+@pytest.mark.parametrize("case", ["other-digest", "other-tag", "pushed-tag-on-local"])
+def test_an_image_reference_that_disagrees_with_the_container_is_refused(made: Made, tmp_path: Path, case: str) -> None:
+    container, ref, words = {
+        "other-digest": (made.c_pushed, f"{made.repo}@sha256:{'0' * 64}", [made.pushed_id, made.digest]),
+        "other-tag": (made.c_pushed, made.local, [made.local_id, made.pushed_id]),
+        "pushed-tag-on-local": (made.c_local, made.pushed, [made.pushed_id, made.local_id]),
+    }[case]
+    out = tmp_path / "r"
+    proc = vfleet("verify", "--url", DEAD_URL, "--profile", "tiny/cpu", "--container", container, "--image", ref,
+                  "--out", str(out))  # fmt: skip
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr
+    assert f"--image {ref} is not what container {container} runs" in proc.stderr, proc.stderr
+    for w in words:
+        assert w in proc.stderr, (w, proc.stderr)
+    assert not out.exists()  # refused before anything ran
+
+
+def test_docker_host_is_the_daemon_asked(made: Made, tmp_path: Path) -> None:
+    nowhere = f"tcp://127.0.0.1:{free_port()}"
+    out = tmp_path / "r"
+    proc = vfleet("verify", "--url", DEAD_URL, "--profile", "tiny/cpu", "--container", made.c_pushed,
+                  "--docker-host", nowhere, "--out", str(out))  # fmt: skip
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr
+    assert f"`docker container inspect {made.c_pushed}` (DOCKER_HOST={nowhere}) failed" in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+def test_promote_resolves_a_tag_to_its_registry_digest(made: Made, tmp_path: Path) -> None:
+    """A report recorded with the registry digest (as `verify --container` records it) is found when
+    the operator promotes by tag; an image that was never pushed cannot be promoted by tag."""
+    rdir = write_report(tmp_path / "reports", digest=made.digest, source="container")
+    reg = tmp_path / "promotions.jsonl"
+    ok = vfleet("promote", made.pushed, "--profile", "tiny/cpu", "--report", str(rdir), "--registry", str(reg))
+    assert ok.returncode == 0, ok.stderr
+    entry = json.loads(reg.read_text().splitlines()[-1])
+    assert entry["digest"] == made.digest and entry["image"] == made.pushed
+    for ref in (made.pushed, f"{made.repo}@{made.digest}"):
+        check = vfleet("promote", "--check", ref, "--profile", "tiny/cpu", "--registry", str(reg))
+        assert check.returncode == 0, check.stdout
+    refused = vfleet("promote", made.local, "--profile", "tiny/cpu", "--report", str(rdir), "--registry", str(reg))
+    assert refused.returncode == 2, refused.stderr
+    assert f"cannot find the registry digest of {made.local}" in refused.stderr
+    assert "never pushed to or pulled from that repository; push it and pass REPO@sha256:DIGEST" in refused.stderr
+    check = vfleet("promote", "--check", made.local, "--profile", "tiny/cpu", "--registry", str(reg))
+    assert check.returncode == 1 and "not promoted: cannot find the registry digest" in check.stdout
+
+
+def test_env_file_is_read_as_docker_reads_it(made: Made, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vfleet's reader of the node's env file against docker's own (`docker create --env-file`)."""
+    env_file = tmp_path / "secrets.env"
+    env_file.write_bytes(
+        b'\xef\xbb\xbfHF_TOKEN=hf_x\r\n# VLLM_API_KEY=commented\n\n   QUOTED="a b"\n\tEQ=a=b \n'
+        b"PASSED\nUNSET_HERE\nVLLM_API_KEY=first\nVLLM_API_KEY= 'second' \n"
+    )
+    monkeypatch.setenv("PASSED", "from the environment")
+    monkeypatch.delenv("UNSET_HERE", raising=False)
+    name = f"vfleet-verify-test-env-{secrets.token_hex(4)}"
+    try:
+        docker("create", "--name", name, "--label", LABEL, "--env-file", str(env_file), made.local, "/not-started",
+               env=dict(os.environ))  # fmt: skip
+        seen = json.loads(docker("container", "inspect", "--format", "{{json .Config.Env}}", name)) or []
+    finally:
+        subprocess.run(["docker", "rm", "--force", name], capture_output=True, check=False, timeout=120)
+    by_docker: dict[str, str] = {}
+    for item in seen:
+        key, _, value = item.partition("=")
+        by_docker[key] = value  # docker keeps every line; the container sees the last one
+    by_docker.pop("PATH", None)  # docker's default for an image without ENV
+    assert apikey.parse_env_file(env_file) == by_docker
+    assert by_docker["VLLM_API_KEY"] == " 'second' "
