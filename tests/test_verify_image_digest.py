@@ -34,7 +34,6 @@ from test_promotion import write_report
 
 from vfleet.dockerd import ensure_dockerd
 from vfleet.server import free_port
-from vfleet.verify import apikey
 
 pytestmark = pytest.mark.slow
 LABEL = "org.vfleet.test=verify-image-digest"
@@ -251,6 +250,8 @@ def test_promote_resolves_a_tag_to_its_registry_digest(made: Made, tmp_path: Pat
 
 def test_env_file_is_read_as_docker_reads_it(made: Made, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """vfleet's reader of the node's env file against docker's own (`docker create --env-file`)."""
+    from vfleet.verify import apikey
+
     env_file = tmp_path / "secrets.env"
     env_file.write_bytes(
         b'\xef\xbb\xbfHF_TOKEN=hf_x\r\n# VLLM_API_KEY=commented\n\n   QUOTED="a b"\n\tEQ=a=b \n'
