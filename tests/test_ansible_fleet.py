@@ -1,11 +1,14 @@
-"""Fleet rollout on a real multi-node Docker fleet: 4 Docker-in-Docker nodes and a local registry.
+"""Fleet rollout on a real multi-node Docker fleet: 4 Docker-in-Docker nodes, a local registry and the
+HAProxy balancer that lb.yml sets up, driven through the operator's CLI (`vfleet fleet ...`) or, where
+a test is about what raw ansible-playbook does, through ansible-playbook itself.
 
-Every outcome is read from the nodes themselves (which image the serving container runs, /health).
-The images here are light stand-in servers (busybox httpd serving /health, /metrics, /verify), as
-the issue allows for the fault scenarios; boot-verify is the stand-in `GET /verify` for them. The
-scenarios run in order on one fleet (module fixture): each starts from the state the previous left.
-Figures (wall time per scenario, swap time per node, bytes pulled per node) go to
-.cache/fleet/figures.json.
+Every outcome is read from the nodes and the balancer themselves (which image the serving container
+runs, /health, the HAProxy server state, the lock file on the balancer host). The images here are
+light stand-in servers (busybox httpd serving /health, /metrics, /verify), and boot-verify is the
+stand-in `GET /verify`, as the issue allows for the fault scenarios; tests/test_fleet_lifecycle.py
+runs the real image and the real `vfleet verify` along the same path. The scenarios run in order on
+one fleet (module fixture): each starts from the state the previous left. Figures (wall time per
+scenario, swap time per node, bytes pulled per node) go to .cache/fleet/figures.json.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from vfleet.fleet import testfleet
 from vfleet.fleet.ansible import env as ansible_env
@@ -40,13 +44,15 @@ FAST: dict[str, Any] = {
     "vfleet_node_check_promotion": False,  # the stand-in images have no boot-verify report to promote
     "vfleet_node_poll_interval": 1,
     "vfleet_node_health_timeout": 30,
-    "vfleet_node_drain_timeout": 5,
-    "vfleet_node_stop_timeout": 2,
+    "vfleet_lb_settle_s": 1,
+    "vfleet_lb_drain_timeout_s": 5,
+    "vfleet_lb_dead_after_s": 3,
     "vfleet_batch_size": 3,  # canary, then the other three in one batch (the batch test overrides it)
 }
 # In the inventory (group vars), not in FAST: extra vars would beat the per-host fault of the batch test.
 STANDIN_VARS: dict[str, Any] = {"vfleet_node_verify_argv": VERIFY_STANDIN}
 FIGURES: dict[str, Any] = {"wall_s": {}, "swap_s": {}, "pull_bytes": {}}
+LOCK = "/var/lib/vfleet/fleet-lock.json"
 
 
 def flat(text: str) -> str:
@@ -65,24 +71,28 @@ class Ctx:
         self.refs = refs  # variant -> reference as the nodes see it
         self.names = [n.name for n in fleet.nodes]
 
-    def rollout(
-        self, scenario: str, image: str, playbook: str = "rollout", limit: str | None = None, **extra: Any
-    ) -> subprocess.CompletedProcess[str]:
-        extra_vars = {**FAST, **extra}
-        if image:
-            extra_vars["vfleet_image"] = image
+    def _run(self, scenario: str, argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         t0 = time.monotonic()
-        proc = subprocess.run(
-            playbook_argv(playbook, self.fleet.inventory, extra_vars, limit),
-            env=ansible_env(),
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
         FIGURES["wall_s"][scenario] = round(time.monotonic() - t0, 1)
         proc.stdout += proc.stderr
         return proc
+
+    def playbook(
+        self, scenario: str, image: str, playbook: str = "rollout", limit: str | None = None, **extra: Any
+    ) -> subprocess.CompletedProcess[str]:
+        """Raw ansible-playbook, as an operator may run it."""
+        extra_vars = {**FAST, **extra}
+        if image:
+            extra_vars["vfleet_image"] = image
+        return self._run(scenario, playbook_argv(playbook, self.fleet.inventory, extra_vars, limit), ansible_env())
+
+    def cli(self, scenario: str, action: str, *args: str, **extra: Any) -> subprocess.CompletedProcess[str]:
+        """The operator's CLI: `vfleet fleet ACTION --name FLEET ARGS -e K=V ...`."""
+        argv = [sys.executable, "-m", "vfleet", "fleet", action, "--name", self.fleet.name, *args]
+        for k, v in {**FAST, **extra}.items():
+            argv += ["-e", f"{k}={json.dumps(v)}"]
+        return self._run(scenario, argv, dict(os.environ))
 
     def serving(self, node: str) -> dict[str, Any]:
         info = self.fleet.serving(node)
@@ -90,7 +100,7 @@ class Ctx:
         return info
 
     def image_id(self, variant: str) -> str:
-        out = docker("image", "inspect", "--format", "{{.Id}}", f"vfleet-fake:{variant}")
+        out = docker("image", "inspect", "--format", "{{.Id}}", f"{FAKE}:{variant}")
         return out.strip()
 
     def snapshot(self) -> dict[str, tuple[str, str]]:
@@ -101,6 +111,17 @@ class Ctx:
             out[n] = (info["Id"], info["Image"]) if info else ("", "")
         return out
 
+    def lb_status(self) -> dict[str, str]:
+        out = docker(
+            "exec",
+            self.fleet.lb.name,
+            "sh",
+            "-c",
+            "echo 'show stat' | socat stdio unix-connect:/run/haproxy/admin.sock",
+        )
+        rows = [line.split(",") for line in out.splitlines() if line.startswith("vfleet,")]
+        return {r[1]: r[17] for r in rows if r[1] not in ("FRONTEND", "BACKEND")}
+
     def assert_on(self, node: str, variant: str) -> None:
         info = self.serving(node)
         assert info["Image"] == self.image_id(variant), f"{node} runs {info['Config']['Image']}, not {variant}"
@@ -108,6 +129,7 @@ class Ctx:
         assert self.fleet.health(node) == 200, f"{node}: /health is not 200"
         variant_served = self._get(node, "/variant")
         assert variant_served == variant, f"{node} serves {variant_served!r}"
+        assert self.lb_status()[node] == "UP", f"{node} is not UP in the balancer"
 
     def _get(self, node: str, path: str) -> str:
         import urllib.request
@@ -119,6 +141,12 @@ class Ctx:
         out = docker("exec", node, "cat", "/var/lib/vfleet/deployed.json")
         data: dict[str, Any] = json.loads(out)
         return data
+
+    def lock_file(self) -> str:
+        return docker("exec", self.fleet.lb.name, "cat", LOCK, check=False)
+
+
+FAKE = "vfleet-fake-r2"
 
 
 @pytest.fixture(scope="module")
@@ -133,57 +161,51 @@ def ctx() -> Iterator[Ctx]:
     try:
         fleet = testfleet.up(name, nodes=4)
         testfleet.write_inventory(fleet, extra_vars=STANDIN_VARS)
-        refs = {v: fleet.push(local[v]) for v in ("good-1", "good-2", "noverify", "unhealthy")}
+        refs = {v: fleet.push(local[v]) for v in ("good-1", "good-2", "noverify", "unhealthy", "busy")}
         FIGURES["wall_s"]["fleet_up"] = round(time.monotonic() - t0, 1)
         yield Ctx(fleet, refs)
     finally:
         testfleet.down(name)
-        for ref in local.values():
-            docker("image", "rm", ref, check=False)
         out = cache_dir() / "figures.json"
         out.write_text(json.dumps(FIGURES, indent=2))
 
 
 def test_fresh_deploy_then_concurrent_rerun_is_idempotent_and_locked(ctx: Ctx) -> None:
-    proc = ctx.rollout("fresh_deploy", ctx.refs["good-1"])
+    proc = ctx.cli("fresh_deploy", "rollout", "--image", ctx.refs["good-1"])
     assert proc.returncode == 0, proc.stdout[-3000:]
     for n in ctx.names:
         ctx.assert_on(n, "good-1")
         rec = ctx.record(n)
-        assert rec["image_id"] == ctx.image_id("good-1")
+        assert rec["state"] == "deployed" and rec["image_id"] == ctx.image_id("good-1")
         assert rec["image"].startswith(ctx.refs["good-1"].rsplit(":", 1)[0] + "@sha256:")
         FIGURES["swap_s"].setdefault("fresh_deploy", {})[n] = rec["swap_seconds"]
+    assert not ctx.lock_file(), "the lock outlived a successful rollout"
     before = ctx.snapshot()
 
     # Re-run the same rollout, and while it runs start a second one: the lock refuses the second.
-    extra = {**FAST, "vfleet_image": ctx.refs["good-1"]}
+    argv = [sys.executable, "-m", "vfleet", "fleet", "rollout", "--name", ctx.fleet.name, "--image", ctx.refs["good-1"]]
+    for k, v in FAST.items():
+        argv += ["-e", f"{k}={json.dumps(v)}"]
     t0 = time.monotonic()
-    first = subprocess.Popen(
-        playbook_argv("rollout", ctx.fleet.inventory, extra),
-        env=ansible_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lock = ctx.fleet.dir / "locks" / f"{ctx.fleet.name}.lock"
-    while not lock.exists() and first.poll() is None:
+    first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    while not ctx.lock_file() and first.poll() is None:
         time.sleep(0.2)
-    second = ctx.rollout("concurrent_refused", ctx.refs["good-2"])
+    second = ctx.cli("concurrent_refused", "rollout", "--image", ctx.refs["good-2"])
     out, _ = first.communicate(timeout=600)
     FIGURES["wall_s"]["rerun_idempotent"] = round(time.monotonic() - t0, 1)
     assert second.returncode != 0
-    assert "held by a running" in flat(second.stdout), second.stdout[-2000:]
+    assert "a second rollout or rollback of the fleet is refused" in flat(second.stdout), second.stdout[-2000:]
     assert first.returncode == 0, out[-3000:]
     changed = recap_changed(out)
     assert all(changed[n] == 0 for n in ctx.names), changed
     assert flat(out).count("is healthy; nothing to do") == len(ctx.names), out[-3000:]
     assert ctx.snapshot() == before, "an idempotent re-run (or the refused rollout) touched a node"
-    assert not lock.exists(), "the lock outlived a successful rollout"
+    assert not ctx.lock_file(), "the lock outlived a successful rollout (or the refused run released the first's)"
 
 
-def test_status_reports_image_profile_health(ctx: Ctx, tmp_path: Path) -> None:
+def test_status_reports_image_profile_health_and_balancer(ctx: Ctx, tmp_path: Path) -> None:
     out = tmp_path / "status.json"
-    proc = ctx.rollout("status", "", playbook="status", vfleet_status_file=str(out))
+    proc = ctx.cli("status", "status", "--json", str(out))
     assert proc.returncode == 0, proc.stdout[-2000:]
     rows = {r["node"]: r for r in json.loads(out.read_text())}
     assert set(rows) == set(ctx.names)
@@ -191,25 +213,82 @@ def test_status_reports_image_profile_health(ctx: Ctx, tmp_path: Path) -> None:
         assert rows[n]["image_id"] == ctx.serving(n)["Image"]
         assert rows[n]["profile"] == "tiny/cpu"
         assert rows[n]["healthy"] is True
+        assert rows[n]["balancer"] == "UP"
+        assert rows[n]["record_state"] == "deployed"
+
+
+def test_lock_of_another_controller_is_refused_and_only_broken_on_request(ctx: Ctx) -> None:
+    """The lock lives on the balancer host: a holder from another controller (which this controller
+    cannot see alive or dead) is never taken over silently; --break-lock takes over and names it."""
+    other = {"run_id": "20261201T000000Z-other", "controller": "ctl-b.example", "user": "ops", "pid": "4711"}
+    other["playbook"] = "rollout of someone/else@sha256:feed"
+    docker("exec", ctx.fleet.lb.name, "sh", "-c", f"mkdir -p /var/lib/vfleet && echo '{json.dumps(other)}' > {LOCK}")
+    before = ctx.snapshot()
+    proc = ctx.cli("lock_held_by_other_controller", "rollout", "--image", ctx.refs["good-1"])
+    assert proc.returncode != 0
+    text = flat(proc.stdout)
+    assert (
+        "held by rollout of someone/else@sha256:feed run 20261201T000000Z-other of ops on controller ctl-b.example"
+        in text
+    )
+    assert "--break-lock" in text
+    assert json.loads(ctx.lock_file())["run_id"] == other["run_id"], "a refused run touched the other's lock"
+    assert ctx.snapshot() == before
+
+    proc = ctx.cli("lock_broken_on_request", "rollout", "--image", ctx.refs["good-1"], "--break-lock")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "took the fleet lock over (--break-lock)" in flat(proc.stdout)
+    assert "ctl-b.example" in flat(proc.stdout)
+    assert not ctx.lock_file()
+
+
+def test_limit_never_drops_the_lock_the_gates_or_the_canary(ctx: Ctx) -> None:
+    n2 = ctx.names[1]
+    before = ctx.snapshot()
+    # Raw ansible-playbook with a limit that leaves out localhost: refused, nothing touched.
+    proc = ctx.playbook("limit_without_localhost_refused", ctx.refs["good-2"], limit=n2)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert "leaves out localhost, so the fleet lock, the fleet-wide gates and the canary" in flat(proc.stdout)
+    assert ctx.snapshot() == before
+    # The CLI adds localhost: the lock is taken, the limited node is the canary, the rest is untouched.
+    proc = ctx.cli("limit_one_node", "rollout", "--image", ctx.refs["good-2"], "--limit", n2)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    text = flat(proc.stdout)
+    assert f"canary {n2}" in text and "fleet lock on" in text, proc.stdout[-3000:]
+    assert "TASK [vfleet : Take the fleet lock]" in proc.stdout
+    ctx.assert_on(n2, "good-2")
+    after = ctx.snapshot()
+    assert all(after[n] == before[n] for n in ctx.names if n != n2)
+
+
+def test_rollback_returns_a_node_to_its_previous_image(ctx: Ctx) -> None:
+    n2 = ctx.names[1]
+    proc = ctx.cli("rollback_one_node", "rollback", "--limit", n2)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    ctx.assert_on(n2, "good-1")
 
 
 @pytest.mark.injected_fault
 def test_canary_failing_boot_verify_goes_back_and_stops(ctx: Ctx) -> None:
     before = ctx.snapshot()
-    proc = ctx.rollout("canary_fails_verify", ctx.refs["noverify"])
+    proc = ctx.cli("canary_fails_verify", "rollout", "--image", ctx.refs["noverify"])
     assert proc.returncode != 0
-    assert "failed at Boot-verify" in flat(proc.stdout) and "and healthy" in flat(proc.stdout), proc.stdout[-3000:]
+    text = flat(proc.stdout)
+    assert "failed at Boot-verify" in text and "healthy and in the pool" in text, proc.stdout[-3000:]
+    assert "where the nodes stand now" in text
     canary, *rest = ctx.names
     ctx.assert_on(canary, "good-1")
     assert ctx.snapshot()[canary][0] != before[canary][0], "the canary was never swapped"
+    assert ctx.record(canary)["last_failure"]["target"].startswith(ctx.refs["noverify"].rsplit(":", 1)[0])
     for n in rest:
         assert ctx.snapshot()[n] == before[n], f"{n} was touched after the canary failed"
+    assert not ctx.lock_file(), "the CLI did not release the lock of its failed run"
 
 
 @pytest.mark.injected_fault
 def test_health_timeout_rolls_the_canary_back(ctx: Ctx) -> None:
     before = ctx.snapshot()
-    proc = ctx.rollout("health_timeout", ctx.refs["unhealthy"], vfleet_node_health_timeout=4)
+    proc = ctx.cli("health_timeout", "rollout", "--image", ctx.refs["unhealthy"], vfleet_node_health_timeout=4)
     assert proc.returncode != 0
     assert "failed at Wait for health" in flat(proc.stdout), proc.stdout[-3000:]
     canary, *rest = ctx.names
@@ -224,16 +303,24 @@ def test_failure_in_second_batch_stops_the_rollout(ctx: Ctx) -> None:
     n1, n2, n3, n4 = ctx.names
     old_id = ctx.image_id("good-1")
     FIGURES["pull_bytes"]["upgrade_app_layer_only"] = {
-        n: ctx.fleet.pull_bytes("vfleet-fake:good-2", old_id, n) for n in ctx.names
+        n: ctx.fleet.pull_bytes(f"{FAKE}:good-2", old_id, n) for n in ctx.names
     }
     before = ctx.snapshot()
     fault = {"vfleet_node_verify_argv": [sys.executable, "-c", "raise SystemExit('injected boot-verify failure')"]}
     testfleet.write_inventory(ctx.fleet, extra_vars=STANDIN_VARS, host_vars={n3: fault})
     try:
-        proc = ctx.rollout("second_batch_fails", ctx.refs["good-2"], vfleet_batch_size=1, vfleet_max_fail_percentage=0)
+        proc = ctx.cli(
+            "second_batch_fails",
+            "rollout",
+            "--image",
+            ctx.refs["good-2"],
+            vfleet_batch_size=1,
+            vfleet_max_fail_percentage=0,
+        )
     finally:
         testfleet.write_inventory(ctx.fleet, extra_vars=STANDIN_VARS)
     assert proc.returncode != 0
+    assert "batch 1: " + n2 in flat(proc.stdout) and "batch 2: " + n3 in flat(proc.stdout), proc.stdout[-3000:]
     for n in (n1, n2):
         ctx.assert_on(n, "good-2")
         FIGURES["swap_s"].setdefault("upgrade", {})[n] = ctx.record(n)["swap_seconds"]
@@ -241,13 +328,82 @@ def test_failure_in_second_batch_stops_the_rollout(ctx: Ctx) -> None:
     ctx.assert_on(n3, "good-1")
     assert ctx.snapshot()[n4] == before[n4], "the rollout went on past the failed batch"
     assert "injected boot-verify failure" in flat(proc.stdout)
-
-
-def test_rollback_returns_a_node_to_its_previous_image(ctx: Ctx) -> None:
-    n2 = ctx.names[1]
-    proc = ctx.rollout("rollback_one_node", "", playbook="rollback", limit=f"localhost,{n2}")
+    # Put n1 and n2 back on good-1 for the scenarios that follow.
+    proc = ctx.cli("rollback_two_nodes", "rollback", "--limit", f"{n1},{n2}")
     assert proc.returncode == 0, proc.stdout[-3000:]
-    ctx.assert_on(n2, "good-1")
+
+
+@pytest.mark.injected_fault
+def test_a_drain_that_never_reaches_zero_leaves_the_node_serving_in_the_pool(ctx: Ctx) -> None:
+    """The 'busy' stand-in reports two running requests forever (injected: a real vLLM drains)."""
+    n4 = ctx.names[3]
+    proc = ctx.cli("deploy_busy", "rollout", "--image", ctx.refs["busy"], "--limit", n4)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    before = ctx.snapshot()[n4]
+    proc = ctx.cli(
+        "drain_timeout", "rollout", "--image", ctx.refs["good-1"], "--limit", n4, vfleet_lb_drain_timeout_s=3
+    )
+    assert proc.returncode != 0
+    text = flat(proc.stdout)
+    assert f"{n4}: drain did not reach zero within 3 s" in text and "vLLM running 2.0" in text, proc.stdout[-3000:]
+    assert "the node was not stopped" in text and "healthy and in the pool" in text
+    assert ctx.snapshot()[n4] == before, "the busy node was stopped"
+    assert ctx.lb_status()[n4] == "UP", "the node was left out of the pool"
+
+
+@pytest.mark.injected_fault
+def test_a_node_that_dies_mid_drain_fails_the_run_and_says_so(ctx: Ctx) -> None:
+    """n4 still reports busy (injected), so its drain waits; the node (the whole DinD host) is then
+    stopped. Afterwards it comes back and the next rollout brings it to a healthy image."""
+    n4 = ctx.names[3]
+    argv = [sys.executable, "-m", "vfleet", "fleet", "rollout", "--name", ctx.fleet.name]
+    argv += ["--image", ctx.refs["good-1"], "--limit", n4]
+    for k, v in {**FAST, "vfleet_lb_drain_timeout_s": 120}.items():
+        argv += ["-e", f"{k}={json.dumps(v)}"]
+    t0 = time.monotonic()
+    bg = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while ctx.lb_status()[n4] != "DRAIN" and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert ctx.lb_status()[n4] == "DRAIN", "the drain never started"
+    docker("stop", "--time", "1", n4)
+    out, _ = bg.communicate(timeout=300)
+    FIGURES["wall_s"]["node_dies_mid_drain"] = round(time.monotonic() - t0, 1)
+    assert bg.returncode != 0
+    text = flat(out)
+    assert f"{n4}: the node stopped answering during the drain" in text, out[-3000:]
+    assert "it is out of the pool for new requests" in text
+    assert ctx.lb_status()[n4] != "UP"
+    docker("start", n4)
+    testfleet.wait_dockerd(n4)
+    proc = ctx.cli("recover_dead_node", "rollout", "--image", ctx.refs["good-1"], "--limit", n4)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    ctx.assert_on(n4, "good-1")
+
+
+def test_bad_balancer_input_is_named_and_nothing_is_swapped(ctx: Ctx) -> None:
+    before = ctx.snapshot()
+    proc = ctx.cli(
+        "missing_socket", "rollout", "--image", ctx.refs["good-2"], vfleet_lb_socket="/run/haproxy/nope.sock"
+    )
+    assert proc.returncode != 0
+    assert "HAProxy runtime socket /run/haproxy/nope.sock does not exist" in flat(proc.stdout), proc.stdout[-3000:]
+    proc = ctx.cli("unknown_backend", "rollout", "--image", ctx.refs["good-2"], vfleet_lb_backend="nosuch")
+    assert proc.returncode != 0
+    assert "HAProxy has no backend 'nosuch'" in flat(proc.stdout), proc.stdout[-3000:]
+    # A node in the inventory that the balancer does not know (lb.yml was not run after adding it).
+    inv = ctx.fleet.inventory.read_text()
+    ghost = "vfleet-ghost-node"
+    doc = yaml.safe_load(inv)
+    doc["all"]["children"]["vfleet_nodes"]["children"]["cpu_x86"]["hosts"][ghost] = {}
+    ctx.fleet.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+    try:
+        proc = ctx.cli("node_unknown_to_balancer", "rollout", "--image", ctx.refs["good-2"], "--limit", ghost)
+    finally:
+        ctx.fleet.inventory.write_text(inv)
+    assert proc.returncode != 0
+    assert f"has no server {ghost}" in flat(proc.stdout), proc.stdout[-3000:]
+    assert ctx.snapshot() == before
 
 
 def test_preflight_refuses_an_image_that_is_not_promoted(ctx: Ctx, tmp_path: Path) -> None:
@@ -256,8 +412,13 @@ def test_preflight_refuses_an_image_that_is_not_promoted(ctx: Ctx, tmp_path: Pat
     digest_ref = ctx.record(ctx.names[1])["image"]
     registry = tmp_path / "promotions.jsonl"
     registry.write_text("")
-    proc = ctx.rollout(
-        "unpromoted_refused", digest_ref, vfleet_node_check_promotion=True, vfleet_node_promotions_file=str(registry)
+    proc = ctx.cli(
+        "unpromoted_refused",
+        "rollout",
+        "--image",
+        digest_ref,
+        vfleet_node_check_promotion=True,
+        vfleet_node_promotions_file=str(registry),
     )
     assert proc.returncode != 0
     assert "not promoted" in flat(proc.stdout), proc.stdout[-3000:]
@@ -268,7 +429,10 @@ def test_unreachable_node_stops_the_rollout_before_any_swap(ctx: Ctx) -> None:
     n4 = ctx.names[3]
     before = ctx.snapshot()
     docker("stop", "--time", "1", n4)
-    proc = ctx.rollout("unreachable_node", ctx.refs["good-2"])
+    try:
+        proc = ctx.cli("unreachable_node", "rollout", "--image", ctx.refs["good-2"])
+    finally:
+        docker("start", n4)
     assert proc.returncode != 0
     text = flat(proc.stdout)
     assert f"preflight (unreachable, unpromoted image, disk or GPUs) failed on {n4}" in text, proc.stdout[-3000:]

@@ -1,18 +1,19 @@
 """The Ansible side without a fleet: lint at the production profile, syntax, the example inventory
-against the profile catalog, the inventory guard, and the rollout lock with real processes."""
+against the profile catalog, the inventory guard, the role argument specs against their defaults,
+and how the CLI keeps the controller plays in a --limit."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from vfleet.cli import main
-from vfleet.fleet import lock
-from vfleet.fleet.ansible import PLAYBOOKS, ansible_dir, bin_dir, env
+from vfleet.errors import VfleetError
+from vfleet.fleet.ansible import PLAYBOOKS, ansible_dir, bin_dir, env, with_controller
 from vfleet.profiles import Catalog
 
 EXAMPLE = ansible_dir() / "inventories" / "example"
@@ -90,26 +91,38 @@ def test_cli_names_a_missing_inventory(tmp_path: Path, capsys: pytest.CaptureFix
     assert "nope does not exist" in capsys.readouterr().err
 
 
-def _sleeper() -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+@pytest.mark.parametrize("role", ["vfleet_node", "vfleet_lb", "vfleet"])
+def test_argument_specs_name_every_default_with_its_value(role: str) -> None:
+    """One option set per role (a YAML anchor shared by the entry points), tied to defaults/main.yml."""
+    root = ansible_dir() / "roles" / role
+    defaults = yaml.safe_load((root / "defaults" / "main.yml").read_text())
+    specs = yaml.safe_load((root / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    entry_points = {p.stem for p in (root / "tasks").glob("*.yml")} & set(specs)
+    assert entry_points == set(specs), f"{role}: argument specs for missing task files: {set(specs) - entry_points}"
+    for name, spec in specs.items():
+        options = spec["options"]
+        assert set(options) == set(defaults), f"{role}/{name}: spec and defaults differ: {set(options) ^ set(defaults)}"
+        for key, value in defaults.items():
+            templated = isinstance(value, str) and "{{" in value
+            assert templated or options[key].get("default") == value, f"{role}: {key} default differs from the spec"
 
 
-def test_lock_refuses_a_live_holder_and_takes_over_a_dead_one(tmp_path: Path) -> None:
-    path = tmp_path / "fleet.lock"
-    a, b = _sleeper(), _sleeper()
-    try:
-        me, stale = lock.acquire(path, "run-a", "rollout", pid=a.pid)
-        assert stale is None and me.pid == a.pid
-        with pytest.raises(lock.LockHeld, match="held by a running rollout"):
-            lock.acquire(path, "run-b", "rollout", pid=b.pid)
-        assert not lock.release(path, pid=b.pid), "a non-holder released the lock"
-        a.kill()
-        a.wait()
-        me, stale = lock.acquire(path, "run-b", "rollback", pid=b.pid)
-        assert stale is not None and stale.pid == a.pid and me.pid == b.pid
-        assert lock.release(path, pid=b.pid)
-        assert not path.exists()
-    finally:
-        for p in (a, b):
-            p.kill()
-            p.wait()
+def test_limit_keeps_the_controller_plays_and_means_what_it_says() -> None:
+    everyone = [
+        "mi355x-01.example.internal",
+        "mi355x-02.example.internal",
+        "mi355x-03.example.internal",
+        "mi350x-01.example.internal",
+        "b200-01.example.internal",
+        "b200-02.example.internal",
+        "gb300-01.example.internal",
+    ]
+    one = with_controller(EXAMPLE, "b200-02.example.internal")
+    assert one == "localhost,b200-02.example.internal"
+    # An exclusion alone means "every host but": localhost is added without turning it into "only localhost".
+    hosts = with_controller(EXAMPLE, "vfleet_nodes:!mi355x-01.example.internal").split(",")
+    assert hosts[0] == "localhost" and set(hosts[1:]) == set(everyone) - {"mi355x-01.example.internal"}
+    hosts = with_controller(EXAMPLE, "rocm_mi355x:&mi355x-0[12].example.internal").split(",")
+    assert set(hosts) == {"localhost", "mi355x-01.example.internal", "mi355x-02.example.internal"}
+    with pytest.raises(VfleetError, match="selects no host"):
+        with_controller(EXAMPLE, "no-such-host")

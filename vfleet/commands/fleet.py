@@ -4,14 +4,16 @@ fleet of Docker-in-Docker nodes with a local registry on this machine (up, down,
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
-import uuid
+import os
+import secrets
 from pathlib import Path
 from typing import Any
 
 from vfleet.errors import VfleetError
-from vfleet.fleet import lock, testfleet
-from vfleet.fleet.ansible import run_playbook
+from vfleet.fleet import testfleet
+from vfleet.fleet.ansible import run_playbook, with_controller
 
 
 def _extra(pairs: list[str]) -> dict[str, Any]:
@@ -47,8 +49,15 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
             q.add_argument("--image", required=pb == "rollout", help="image to deploy (tag or repo@sha256:digest)")
             q.add_argument("--batch-size", help="nodes per batch after the canary (number or percent)")
             q.add_argument("--max-fail-percentage", type=int, help="failed nodes per batch that stop the rollout")
+            q.add_argument(
+                "--break-lock",
+                action="store_true",
+                help="take the fleet lock over from another run (its holder is printed); only when that run is gone",
+            )
         q.add_argument("--targets", help="inventory group to act on (default vfleet_nodes)")
-        q.add_argument("--limit", help="ansible --limit pattern")
+        q.add_argument(
+            "--limit", help="ansible --limit pattern (localhost is added: the lock, gates and canary always run)"
+        )
         q.add_argument("--extra-var", "-e", action="append", default=[], metavar="KEY=VALUE")
         q.add_argument("--vault-password-file", type=Path)
         if pb == "status":
@@ -66,33 +75,54 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     show = fs.add_parser("show", help="print a test fleet: nodes, addresses, registry, inventory")
     show.add_argument("--name", default="dev")
 
-    lk = fs.add_parser("lock", help="the rollout lock (the playbooks call this)")
-    lk.add_argument("action", choices=("acquire", "release", "show"))
-    lk.add_argument("--path", type=Path, required=True)
-    lk.add_argument("--playbook", default="rollout")
+    lb = fs.add_parser("lb", help="set up the balancer (HAProxy on the vfleet_lb hosts, a server per node)")
+    lb_where = lb.add_mutually_exclusive_group(required=True)
+    lb_where.add_argument("--inventory", "-i", type=Path)
+    lb_where.add_argument("--name", help="a test fleet started with `vfleet fleet up`")
+    lb.add_argument("--vault-password-file", type=Path)
     return p
 
 
+def new_run_id() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
 def _playbook(args: argparse.Namespace) -> int:
-    inventory = args.inventory if args.inventory else testfleet.load(args.name).inventory
+    inventory = (args.inventory if args.inventory else testfleet.load(args.name).inventory).resolve()
+    if args.fleet_command == "lb":
+        return run_playbook("lb", inventory, {}, None, args.vault_password_file).returncode
     extra = _extra(args.extra_var)
+    run_id = extra.setdefault("vfleet_run_id", new_run_id())
     if getattr(args, "image", None):
         extra["vfleet_image"] = args.image
     if getattr(args, "batch_size", None):
         extra["vfleet_batch_size"] = args.batch_size
     if getattr(args, "max_fail_percentage", None) is not None:
         extra["vfleet_max_fail_percentage"] = args.max_fail_percentage
+    if getattr(args, "break_lock", False):
+        extra["vfleet_lock_break"] = True
     if args.targets:
         extra["vfleet_targets"] = args.targets
     if getattr(args, "json", None):
         extra["vfleet_status_file"] = str(args.json.resolve())
-    proc = run_playbook(args.fleet_command, inventory.resolve(), extra, args.limit, args.vault_password_file)
+    limit = with_controller(inventory, args.limit) if args.limit else None
+    # The lock records the controller process that holds it.
+    os.environ["VFLEET_CONTROLLER_PID"] = str(os.getpid())
+    proc = run_playbook(args.fleet_command, inventory, extra, limit, args.vault_password_file)
+    if proc.returncode != 0 and args.fleet_command in ("rollout", "rollback"):
+        # A failed run leaves the fleet lock (Ansible runs no later play); release it if this run
+        # holds it, then show where every node stands.
+        print(f"vfleet: {args.fleet_command} run {run_id} failed (exit {proc.returncode}); releasing its lock")
+        common = {k: v for k, v in extra.items() if k in ("vfleet_targets",)}
+        run_playbook("unlock", inventory, {**common, "vfleet_run_id": run_id}, None, args.vault_password_file)
+        print("vfleet: where the nodes stand now:")
+        run_playbook("status", inventory, common, limit, args.vault_password_file)
     return proc.returncode
 
 
 def run(args: argparse.Namespace) -> int:
     cmd = args.fleet_command
-    if cmd in ("rollout", "rollback", "verify", "status"):
+    if cmd in ("rollout", "rollback", "verify", "status", "lb"):
         return _playbook(args)
     if cmd == "up":
         fleet = testfleet.up(args.name, args.nodes, args.profile)
@@ -108,22 +138,10 @@ def run(args: argparse.Namespace) -> int:
     if cmd == "push":
         print(testfleet.load(args.name).push(args.image))
         return 0
-    if cmd == "show":
-        fleet = testfleet.load(args.name)
-        print(f"registry {fleet.registry} {fleet.registry_addr} (controller: {fleet.registry_local})")
-        for n in fleet.nodes:
-            print(f"{n.name} {n.ip} health={fleet.health(n.name)}")
-        print(f"inventory {fleet.inventory}")
-        return 0
-    if args.action == "acquire":
-        me, stale = lock.acquire(args.path, run_id=uuid.uuid4().hex[:12], playbook=args.playbook)
-        if stale is not None:
-            print(f"took over a stale lock of pid {stale.pid} ({stale.playbook}, run {stale.run_id})")
-        print(f"fleet lock {args.path} held by pid {me.pid} for {me.playbook}")
-        return 0
-    if args.action == "release":
-        print("released" if lock.release(args.path) else "not held by this run; left alone")
-        return 0
-    holder = lock.read(args.path)
-    print(json.dumps(holder.__dict__ if holder else None))
+    fleet = testfleet.load(args.name)
+    print(f"registry {fleet.registry} {fleet.registry_addr} (controller: {fleet.registry_local})")
+    print(f"balancer {fleet.lb.name} http://{fleet.lb.ip}:{testfleet.LB_PORT}")
+    for n in fleet.nodes:
+        print(f"{n.name} {n.ip} health={fleet.health(n.name)}")
+    print(f"inventory {fleet.inventory}")
     return 0

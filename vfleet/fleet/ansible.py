@@ -12,7 +12,7 @@ from typing import Any
 from vfleet import PACKAGE_DIR
 from vfleet.errors import VfleetError
 
-PLAYBOOKS = ("rollout", "rollback", "verify", "status")
+PLAYBOOKS = ("rollout", "rollback", "verify", "status", "lb", "unlock")
 
 
 def ansible_dir() -> Path:
@@ -60,6 +60,32 @@ def playbook_argv(
     if vault_password_file:
         argv += ["--vault-password-file", str(vault_password_file)]
     return argv
+
+
+def limit_hosts(inventory: Path, limit: str) -> list[str]:
+    """The inventory hosts a --limit pattern selects, as Ansible itself resolves it."""
+    exe = bin_dir() / "ansible"
+    proc = subprocess.run(
+        [str(exe), "all", "-i", str(inventory), "--limit", limit, "--list-hosts"],
+        env=env(),
+        cwd=str(ansible_dir()),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    hosts = [line.strip() for line in proc.stdout.splitlines()[1:] if line.strip()]
+    if proc.returncode != 0 or not hosts:
+        detail = (proc.stderr.strip().splitlines() or ["no host matched"])[-1]
+        raise VfleetError(f"--limit {limit!r} selects no host of {inventory}: {detail}")
+    return hosts
+
+
+def with_controller(inventory: Path, limit: str) -> str:
+    """The --limit to pass for LIMIT: the hosts it selects plus localhost. The plan, the fleet lock,
+    the fleet-wide gates and the canary selection run on localhost, and the playbooks refuse a limit
+    without it; resolving the pattern first keeps `!node3` or `group:&other` meaning what they say."""
+    return ",".join(["localhost", *[h for h in limit_hosts(inventory, limit) if h != "localhost"]])
 
 
 def run_playbook(

@@ -19,11 +19,22 @@ from vfleet.errors import VfleetError
 from vfleet.fleet.docker import docker, docker_bin, image_exists
 
 #: Bump the recipe tag whenever the node image recipe changes.
-NODE_IMAGE = "vfleet-fleet-node:bookworm-r1"
+NODE_IMAGE = "vfleet-fleet-node:bookworm-r3"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = os.environ.get("VFLEET_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-NODE_PACKAGES = ["docker.io", "python3", "iptables", "docker-registry", "ca-certificates", "busybox-static"]
-FAKE_REPO = "vfleet-fake"
+NODE_PACKAGES = [
+    "docker.io",
+    "python3",
+    "python3-apt",
+    "iptables",
+    "docker-registry",
+    "ca-certificates",
+    "busybox-static",
+    # The test fleet's balancer runs from the same image (the vfleet_lb role finds them installed).
+    "haproxy",
+    "socat",
+]
+FAKE_REPO = "vfleet-fake-r2"
 #: variant -> (serves /health, serves /verify, vllm:num_requests_running)
 FAKE_VARIANTS: dict[str, tuple[bool, bool, int]] = {
     "good-1": (True, True, 0),
@@ -36,8 +47,14 @@ FAKE_VARIANTS: dict[str, tuple[bool, bool, int]] = {
 
 NODE_INIT = """#!/bin/sh
 # Fleet node init: a nested dockerd. VFLEET_DOCKERD_ARGS carries e.g. --insecure-registry HOST:PORT.
+# It also listens on TCP 2375 of the fleet's own test network, so that the controller's docker CLI
+# reaches it (DOCKER_HOST=tcp://NODE:2375) as it would reach a production node over SSH.
 mkdir -p /etc/vfleet /srv/models /var/lib/vfleet
-exec dockerd --host unix:///var/run/docker.sock $VFLEET_DOCKERD_ARGS >/var/log/dockerd.log 2>&1
+# A node that was stopped or killed and started again keeps its files but none of its processes:
+# the daemons' pid files are stale (dockerd refuses to start over one).
+rm -f /var/run/docker.pid /var/run/docker/containerd/containerd.pid
+exec dockerd --host unix:///var/run/docker.sock --host tcp://0.0.0.0:2375 $VFLEET_DOCKERD_ARGS \\
+    >/var/log/dockerd.log 2>&1
 """
 
 REGISTRY_CONFIG = """version: 0.1
@@ -58,8 +75,12 @@ FAKE_START = """#!/bin/busybox sh
 {health}
 {verify}
 echo 'vllm:num_requests_running{{model_name="tiny"}} {running}' > /www/metrics
+echo 'vllm:num_requests_waiting{{model_name="tiny"}} 0' >> /www/metrics
 echo '{variant}' > /www/variant
-exec /bin/busybox httpd -f -p 8000 -h /www
+/bin/busybox httpd -f -p 8000 -h /www &
+# PID 1 ignores a signal it has no handler for: stop on SIGTERM as a server would.
+trap 'kill $!; exit 0' TERM INT
+wait
 """
 
 

@@ -1,10 +1,14 @@
-"""A test fleet on one machine: N Docker-in-Docker nodes (each its own dockerd and image store)
-and a local registry, all labelled org.vfleet.fleet=NAME and removed by that label.
+"""A test fleet on one machine: N Docker-in-Docker nodes (each its own dockerd and image store),
+a local registry and an HAProxy balancer, on a Docker network of their own with fixed addresses
+(a node that is killed and started again keeps its address), all labelled org.vfleet.fleet=NAME and
+removed by that label.
 
 The registry is published on the controller's loopback (the controller's dockerd treats 127.0.0.1
-registries as insecure, so no daemon config changes), and the nodes pull from its container address
-(their dockerd starts with --insecure-registry for it). The same repository and tag, seen from two
-addresses, is the same manifest and digest.
+registries as insecure, so no daemon config changes), and the nodes pull from its address on the
+fleet network (their dockerd starts with --insecure-registry for it). The same repository and tag,
+seen from two addresses, is the same manifest and digest. Each node's dockerd also listens on TCP
+2375 of the fleet network, so the controller's docker CLI reaches it (DOCKER_HOST) the way it reaches
+a production node over SSH. The balancer is configured by the project's own `lb.yml` playbook.
 """
 
 from __future__ import annotations
@@ -20,10 +24,15 @@ from typing import Any
 import yaml
 
 from vfleet.errors import VfleetError
-from vfleet.fleet.docker import docker, ids_by_label, inspect
+from vfleet.fleet.ansible import run_playbook
+from vfleet.fleet.docker import docker, ids_by_label
 from vfleet.fleet.images import NODE_IMAGE, build_node_image, cache_dir
 
 LABEL = "org.vfleet.fleet"
+#: The balancer's frontend port on the fleet network.
+LB_PORT = 8000
+#: Candidate subnets for a fleet network (the first one Docker accepts is used).
+SUBNETS = [f"10.213.{i}.0/24" for i in range(1, 250)]
 #: REFERENCE section 6: the flag set that runs dockerd inside a container on this kernel (--privileged fails).
 DIND_FLAGS = [
     "--cap-add",
@@ -57,8 +66,14 @@ class Fleet:
     registry: str  # container name
     registry_addr: str  # IP:5000, as the nodes see it
     registry_local: str  # 127.0.0.1:PORT, as the controller sees it
+    network: str = ""
+    lb: Node = field(default_factory=lambda: Node("", ""))
     nodes: list[Node] = field(default_factory=list)
     pushed: list[str] = field(default_factory=list)  # controller-side tags, removed on down
+
+    @property
+    def lb_url(self) -> str:
+        return f"http://{self.lb.ip}:{LB_PORT}"
 
     @property
     def dir(self) -> Path:
@@ -140,18 +155,25 @@ def load(name: str) -> Fleet:
         raise VfleetError(f"no test fleet {name!r} (no {path}): start one with `vfleet fleet up --name {name}`")
     data = json.loads(path.read_text())
     data["nodes"] = [Node(**n) for n in data["nodes"]]
+    data["lb"] = Node(**data["lb"])
     return Fleet(**data)
 
 
-def _ip(container: str) -> str:
-    info = inspect("container", container)
-    ip = (info or {}).get("NetworkSettings", {}).get("IPAddress", "")
-    if not ip:
-        raise VfleetError(f"container {container} has no IP address on the default bridge")
-    return str(ip)
+def _network(name: str, labels: list[str]) -> tuple[str, str]:
+    """Create the fleet's network on the first free candidate subnet; (network name, subnet)."""
+    net = f"vfleet-fleet-{name}"
+    last = ""
+    for subnet in SUBNETS:
+        out = docker("network", "create", "--subnet", subnet, *labels, net, check=False)
+        if out.strip():
+            return net, subnet
+        last = docker("network", "inspect", net, check=False)
+        if last.strip() and last.strip() != "[]":
+            raise VfleetError(f"docker network {net} already exists: `vfleet fleet down --name {name}` first")
+    raise VfleetError(f"no free subnet for the fleet network among {SUBNETS[0]}..{SUBNETS[-1]}")
 
 
-def _wait_dockerd(container: str, timeout: float = 90) -> None:
+def wait_dockerd(container: str, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if docker("exec", container, "docker", "version", "--format", "{{.Server.Version}}", check=False).strip():
@@ -168,21 +190,25 @@ def write_inventory(
     extra_vars: dict[str, Any] | None = None,
     host_vars: dict[str, dict[str, Any]] | None = None,
 ) -> Path:
-    hosts = {n.name: {"vfleet_node_address": n.ip, **(host_vars or {}).get(n.name, {})} for n in fleet.nodes}
+    hosts = {
+        n.name: {
+            "vfleet_node_address": n.ip,
+            "vfleet_node_docker_host": f"tcp://{n.ip}:2375",
+            **(host_vars or {}).get(n.name, {}),
+        }
+        for n in fleet.nodes
+    }
+    docker_conn = {"ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"}
     doc = {
         "all": {
-            # Fleet-wide: the lock play runs on the controller (localhost), outside vfleet_nodes.
-            "vars": {"vfleet_fleet_name": fleet.name, "vfleet_lock_dir": str(fleet.dir / "locks")},
+            # Fleet-wide: the controller plays (plan, lock) and the balancer steps of every node read these.
+            "vars": {"vfleet_fleet_name": fleet.name, "vfleet_lb_service": "standalone"},
             "children": {
+                "vfleet_lb": {"vars": docker_conn, "hosts": {fleet.lb.name: {}}},
                 "vfleet_nodes": {
-                    "vars": {
-                        "ansible_connection": "community.docker.docker",
-                        "ansible_python_interpreter": "/usr/bin/python3",
-                        "vfleet_node_min_free_gb": 1,
-                        **(extra_vars or {}),
-                    },
+                    "vars": {**docker_conn, "vfleet_node_min_free_gb": 1, **(extra_vars or {})},
                     "children": {group: {"vars": {"vfleet_node_profile": profile}, "hosts": hosts}},
-                }
+                },
             },
         }
     }
@@ -193,15 +219,20 @@ def write_inventory(
 
 
 def up(name: str, nodes: int = 3, profile: str = "tiny/cpu", group: str = "cpu_x86") -> Fleet:
-    """Start the registry and NODES nodes; on any failure remove what was started."""
+    """Start the network, the registry, the balancer and NODES nodes, and set the balancer up with
+    lb.yml; on any failure remove what was started."""
     if nodes < 1:
         raise VfleetError("a fleet needs at least one node (--nodes N)")
+    if nodes > 200:
+        raise VfleetError("a test fleet holds at most 200 nodes (--nodes N)")
     if ids_by_label("container", f"{LABEL}={name}"):
         raise VfleetError(f"test fleet {name!r} already exists: `vfleet fleet down --name {name}` first")
     build_node_image()
     labels = ["--label", "org.vfleet.managed=true", "--label", f"{LABEL}={name}"]
-    reg = f"vfleet-fleet-{name}-registry"
     try:
+        net, subnet = _network(name, labels)
+        prefix = subnet.rsplit(".", 1)[0]
+        reg = f"vfleet-fleet-{name}-registry"
         docker(
             "run",
             "--detach",
@@ -210,6 +241,10 @@ def up(name: str, nodes: int = 3, profile: str = "tiny/cpu", group: str = "cpu_x
             *labels,
             "--label",
             "org.vfleet.role=registry",
+            "--network",
+            net,
+            "--ip",
+            f"{prefix}.2",
             "--volume",
             "/var/lib/vfleet-registry",
             "--publish",
@@ -221,34 +256,73 @@ def up(name: str, nodes: int = 3, profile: str = "tiny/cpu", group: str = "cpu_x
             "/etc/vfleet-registry.yml",
         )
         port = docker("port", reg, "5000/tcp").split()[0].rsplit(":", 1)[1]
-        fleet = Fleet(name=name, registry=reg, registry_addr=f"{_ip(reg)}:5000", registry_local=f"127.0.0.1:{port}")
+        lb = Node(name=f"vfleet-fleet-{name}-lb", ip=f"{prefix}.3")
+        docker(
+            "run",
+            "--detach",
+            "--name",
+            lb.name,
+            "--hostname",
+            "lb",
+            *labels,
+            "--label",
+            "org.vfleet.role=balancer",
+            "--network",
+            net,
+            "--ip",
+            lb.ip,
+            "--entrypoint",
+            "/bin/sleep",
+            NODE_IMAGE,
+            "infinity",
+        )
+        fleet = Fleet(
+            name=name,
+            registry=reg,
+            registry_addr=f"{prefix}.2:5000",
+            registry_local=f"127.0.0.1:{port}",
+            network=net,
+            lb=lb,
+        )
         fleet.save()
         for i in range(1, nodes + 1):
-            node = f"vfleet-fleet-{name}-node{i}"
+            node = Node(name=f"vfleet-fleet-{name}-node{i}", ip=f"{prefix}.{10 + i}")
             docker(
                 "run",
                 "--detach",
                 "--name",
-                node,
+                node.name,
                 "--hostname",
                 f"node{i}",
                 *labels,
                 "--label",
                 "org.vfleet.role=fleet-node",
+                "--network",
+                net,
+                "--ip",
+                node.ip,
                 *DIND_FLAGS,
                 "--env",
                 f"VFLEET_DOCKERD_ARGS=--insecure-registry {fleet.registry_addr}",
                 NODE_IMAGE,
             )
-            fleet.nodes.append(Node(name=node, ip=_ip(node)))
+            fleet.nodes.append(node)
         fleet.save()
         for n in fleet.nodes:
-            _wait_dockerd(n.name)
+            wait_dockerd(n.name)
         write_inventory(fleet, profile, group)
+        setup_balancer(fleet)
         return fleet
     except BaseException:
         down(name)
         raise
+
+
+def setup_balancer(fleet: Fleet) -> None:
+    """Configure and start the fleet's HAProxy with the project's lb.yml playbook."""
+    proc = run_playbook("lb", fleet.inventory, {}, capture=True, timeout=600)
+    if proc.returncode != 0:
+        raise VfleetError(f"lb.yml failed on test fleet {fleet.name}:\n{(proc.stdout + proc.stderr)[-3000:]}")
 
 
 def down(name: str) -> list[str]:
@@ -257,6 +331,8 @@ def down(name: str) -> list[str]:
     removed = ids_by_label("container", f"{LABEL}={name}")
     if removed:
         docker("rm", "--force", "--volumes", *removed)
+    for net in ids_by_label("network", f"{LABEL}={name}"):
+        docker("network", "rm", net, check=False)
     path = state_dir(name) / "fleet.json"
     if path.exists():
         for alias in json.loads(path.read_text()).get("pushed", []):

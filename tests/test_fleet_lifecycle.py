@@ -1,0 +1,426 @@
+"""The fleet's day-2 lifecycle, as an operator runs it, under live traffic.
+
+Three builds of the REAL vfleet CPU image (A, and B and C: A plus a layer that changes the tiny
+profile's description, as a profile-only release would), three Docker-in-Docker nodes, a local
+registry and the HAProxy balancer that `lb.yml` sets up. Every step is the operator's CLI
+(`vfleet fleet rollout|rollback|verify|status`), with the real `vfleet verify` on every node (no
+stand-in) and the promotion check on throughout (each build is promoted first, from a boot-verify of
+it on the controller, the way a staging node would). A load generator sends steady streaming
+completions through the balancer for the whole sequence after the first deploy:
+
+  deploy A -> roll out B -> roll out C -> roll back (to B) -> verify -> re-run B (no-op)
+  -> roll out C with a node killed during its swap -> recovery (start it again, roll out C again)
+  -> a verify that must catch a fault printed during its own traffic.
+
+It asserts 0 failed, 0 truncated and 0 empty client responses over the whole sequence, every request
+counted, and every node healthy, in the pool and on the image its record names. Figures (requests
+per step, drain, out-of-pool and swap time per node, wall time per step) go to
+.cache/fleet/figures-lifecycle.json; `python benchmarks/bench_fleet.py --lifecycle` prints them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vfleet import PACKAGE_DIR, tinymodel
+from vfleet.fleet import testfleet
+from vfleet.fleet.docker import docker, docker_bin, image_exists
+from vfleet.fleet.images import build_node_image, cache_dir
+from vfleet.fleet.loadgen import LoadGen
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("VFLEET_SKIP_LIFECYCLE") == "1",
+        reason="VFLEET_SKIP_LIFECYCLE=1: the real-image fleet lifecycle (about 15 min on 2 cores) is skipped",
+    ),
+]
+PROFILE = "tiny/cpu"
+API_KEY = secrets.token_hex(16)
+BUILDS = {"B": "vfleet-cpu-lifecycle:build-b", "C": "vfleet-cpu-lifecycle:build-c"}
+FIGURES: dict[str, Any] = {"wall_s": {}, "nodes": {}, "requests": {}}
+VFLEET = [sys.executable, "-m", "vfleet"]
+
+
+def _build_variant(base: str, tag: str, label: str) -> None:
+    """BASE plus one layer that changes the tiny profile's description (a profile-only release)."""
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as ctx:
+        text = (PACKAGE_DIR.parent / "serve_configs/models/tiny/model.yaml").read_text()
+        (Path(ctx) / "model.yaml").write_text(text.replace("description: ", f"description: ({label}) ", 1))
+        (Path(ctx) / "Dockerfile").write_text(
+            f"FROM {base}\nCOPY model.yaml /opt/vfleet/serve_configs/models/tiny/model.yaml\n"
+            f"LABEL org.vfleet.role=fleet-test-build org.vfleet.test-build={label}\n"
+        )
+        subprocess.run(
+            [docker_bin(), "build", "--quiet", "-t", tag, ctx],
+            check=True,
+            capture_output=True,
+            timeout=900,
+            env={**os.environ, "DOCKER_BUILDKIT": "0"},
+        )
+
+
+def _digest_ref(local_tag: str, node_ref: str) -> str:
+    """repo@sha256 as the nodes see it, from the manifest digest the push recorded locally."""
+    digests = json.loads(docker("image", "inspect", "--format", "{{json .RepoDigests}}", local_tag))
+    repo = node_ref.rsplit(":", 1)[0]
+    name = repo.split("/", 1)[1]
+    digest = next(d.split("@", 1)[1] for d in digests if d.split("@", 1)[0].endswith("/" + name))
+    return f"{repo}@{digest}"
+
+
+class Lifecycle:
+    def __init__(self, fleet: testfleet.Fleet, refs: dict[str, str], tmp: Path) -> None:
+        self.fleet = fleet
+        self.refs = refs  # build -> repo@sha256 as the nodes see it
+        self.names = [n.name for n in fleet.nodes]
+        self.tmp = tmp
+        self.promotions = tmp / "promotions.jsonl"
+        self.verify_out = tmp / "verify"
+        self.load: LoadGen | None = None
+        self.extra = {
+            "vfleet_node_api_key": API_KEY,
+            "vfleet_node_promotions_file": str(self.promotions),
+            "vfleet_node_verify_out": str(self.verify_out),
+            "vfleet_node_poll_interval": 2,
+            "vfleet_node_health_timeout": 420,
+            "vfleet_lb_settle_s": 2,
+            "vfleet_lb_drain_timeout_s": 120,
+        }
+
+    def fleet_cmd(
+        self, step: str, action: str, *args: str, background: bool = False
+    ) -> subprocess.CompletedProcess[str] | subprocess.Popen[str]:
+        argv = [*VFLEET, "fleet", action, "--name", self.fleet.name, *args]
+        for k, v in self.extra.items():
+            argv += ["-e", f"{k}={json.dumps(v)}"]
+        if self.load is not None:
+            self.load.mark(step)
+        env = {**os.environ, "VFLEET_PROMOTIONS": str(self.promotions)}
+        if background:
+            return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        t0 = time.monotonic()
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=1500, env=env, check=False)
+        FIGURES["wall_s"][step] = round(time.monotonic() - t0, 1)
+        proc.stdout += proc.stderr
+        return proc
+
+    def record(self, node: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(docker("exec", node, "cat", "/var/lib/vfleet/deployed.json"))
+        return data
+
+    def image_id(self, build: str) -> str:
+        return self.fleet.node_docker(
+            self.names[0], "image", "inspect", "--format", "{{.Id}}", self.refs[build]
+        ).strip()
+
+    def lb_status(self) -> dict[str, str]:
+        out = docker(
+            "exec",
+            self.fleet.lb.name,
+            "sh",
+            "-c",
+            "echo 'show stat' | socat stdio unix-connect:/run/haproxy/admin.sock",
+        )
+        rows = [line.split(",") for line in out.splitlines() if line.startswith("vfleet,")]
+        return {r[1]: r[17] for r in rows if r[1] not in ("FRONTEND", "BACKEND")}
+
+    def snapshot(self) -> dict[str, str]:
+        out = {}
+        for n in self.names:
+            info = self.fleet.serving(n)
+            out[n] = info["Id"] if info else ""
+        return out
+
+    def assert_all_on(self, build: str, step: str) -> None:
+        want = self.image_id(build)
+        status = self.lb_status()
+        for n in self.names:
+            info = self.fleet.serving(n)
+            assert info is not None and info["State"]["Running"], f"{step}: {n} serves nothing"
+            assert info["Image"] == want, f"{step}: {n} runs {info['Config']['Image']}, not build {build}"
+            assert self.fleet.health(n) == 200, f"{step}: {n} /health is not 200"
+            rec = self.record(n)
+            assert rec["state"] == "deployed" and rec["image_id"] == want, f"{step}: {n} record {rec}"
+            assert status[n] == "UP", f"{step}: {n} is {status[n]} in the balancer, not UP"
+
+    def keep_node_figures(self, step: str) -> None:
+        rows = {}
+        for n in self.names:
+            rec = self.record(n)
+            if rec.get("run_id") and rec.get("swap_seconds") is not None:
+                rows[n] = {
+                    k: rec.get(k)
+                    for k in ("run_id", "drain_seconds", "swap_seconds", "verify_seconds", "out_of_pool_seconds")
+                }
+        FIGURES["nodes"][step] = rows
+
+    def reports(self, run_dir_glob: str = "*") -> list[dict[str, Any]]:
+        return [json.loads(p.read_text()) for p in sorted(self.verify_out.glob(f"{run_dir_glob}/*/report.json"))]
+
+
+def _stage_and_promote(ref_local: str, node_ref: str, out: Path, promotions: Path, model: Path) -> None:
+    """Boot-verify a build on the controller's own dockerd, as a staging node would, and promote it."""
+    from vfleet.profiles import Catalog
+    from vfleet.render import DockerRun, docker_run_argv
+
+    name = f"vfleet-lifecycle-stage-{secrets.token_hex(3)}"
+    env_file = out.parent / f"{name}.env"
+    env_file.write_text(f"VLLM_API_KEY={API_KEY}\n")
+    env_file.chmod(0o600)
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = docker_run_argv(
+        Catalog().load(PROFILE),
+        DockerRun(
+            image=ref_local,
+            model_dir=str(model),
+            host_port=port,
+            env_file=str(env_file),
+            cache_volume=None,
+            name=name,
+            extra_labels={"org.vfleet.role": "lifecycle-staging"},
+        ),
+    )
+    argv[argv.index("--publish") + 1] = f"127.0.0.1:{port}:8000"
+    subprocess.run([docker_bin(), *argv[1:]], check=True, capture_output=True, timeout=120)
+    try:
+        deadline = time.monotonic() + 420
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            time.sleep(2)
+        proc = subprocess.run(
+            [
+                *VFLEET,
+                "verify",
+                "--url",
+                f"http://127.0.0.1:{port}",
+                "--profile",
+                PROFILE,
+                "--container",
+                name,
+                "--image",
+                ref_local,
+                "--env-file",
+                str(env_file),
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert proc.returncode == 0, f"staging boot-verify of {ref_local} failed:\n{proc.stdout[-3000:]}"
+        proc = subprocess.run(
+            [*VFLEET, "promote", node_ref, "--profile", PROFILE, "--report", str(out), "--registry", str(promotions)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, f"promotion of {node_ref} failed:\n{proc.stdout}{proc.stderr}"
+    finally:
+        docker("rm", "--force", name, check=False)
+        env_file.unlink()
+
+
+@pytest.fixture(scope="module")
+def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
+    from vfleet.dockerd import ensure_dockerd
+    from vfleet.images import build_image, image_ref
+
+    ensure_dockerd()
+    tmp = tmp_path_factory.mktemp("lifecycle")
+    t0 = time.monotonic()
+    base = image_ref("cpu")
+    if not image_exists(base):
+        build_image("cpu")
+    model = tinymodel.build()
+    build_node_image()
+    _build_variant(base, BUILDS["B"], "build B")
+    _build_variant(base, BUILDS["C"], "build C")
+    local = {"A": base, **BUILDS}
+    FIGURES["wall_s"]["builds"] = round(time.monotonic() - t0, 1)
+    name = f"l{os.getpid()}"
+    try:
+        t0 = time.monotonic()
+        fleet = testfleet.up(name, nodes=3)
+        for n in fleet.nodes:
+            docker("cp", f"{model}/.", f"{n.name}:/srv/models")
+        pushed = {b: fleet.push(ref) for b, ref in local.items()}
+        refs = {b: _digest_ref(fleet.registry_local + "/" + local[b].rsplit("/", 1)[-1], pushed[b]) for b in local}
+        FIGURES["wall_s"]["fleet_up_and_push"] = round(time.monotonic() - t0, 1)
+        life = Lifecycle(fleet, refs, tmp)
+        t0 = time.monotonic()
+        for b in local:
+            alias = fleet.registry_local + "/" + local[b].rsplit("/", 1)[-1]
+            _stage_and_promote(alias, refs[b], tmp / f"staging-{b}", life.promotions, model)
+        FIGURES["wall_s"]["staging_verify_and_promote_3_builds"] = round(time.monotonic() - t0, 1)
+        yield life
+    finally:
+        if "life" in locals() and life.load is not None:
+            life.load.stop()
+        testfleet.down(name)
+        for tag in BUILDS.values():
+            docker("image", "rm", tag, check=False)
+        (cache_dir() / "figures-lifecycle.json").write_text(json.dumps(FIGURES, indent=2))
+
+
+def _ok(proc: subprocess.CompletedProcess[str] | subprocess.Popen[str], what: str) -> None:
+    assert isinstance(proc, subprocess.CompletedProcess)
+    assert proc.returncode == 0, f"{what} failed:\n{proc.stdout[-5000:]}"
+
+
+def _kill_during_swap(life: Lifecycle, node: str, before_id: str, timeout: float = 600) -> float:
+    """Kill NODE (the whole Docker-in-Docker host) once its swap has stopped the old container and
+    started the new one: past the drain, so no request is in flight on it. Returns when it happened."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = life.fleet.serving(node)
+        if info is not None and info["Id"] != before_id:
+            docker("kill", node)
+            return time.time()
+        time.sleep(0.5)
+    raise AssertionError(f"{node} never started its swap within {timeout:.0f} s")
+
+
+def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
+    n2, n3 = life.names[1:]
+
+    # 1. Deploy A on empty nodes (nothing serves yet, so the load starts after it).
+    proc = life.fleet_cmd("deploy_A", "rollout", "--image", life.refs["A"])
+    _ok(proc, "deploy A")
+    life.assert_all_on("A", "deploy A")
+    life.keep_node_figures("deploy_A")
+    life.load = LoadGen(url=life.fleet.lb_url, model="tiny", api_key=API_KEY).start()
+    time.sleep(3)
+    assert life.load.counts()["completed"] > 0, f"no request got through the balancer: {life.load.problems()}"
+
+    # 2-3. Roll out B, then C (canary, then batches of one: two nodes keep serving).
+    for build in ("B", "C"):
+        proc = life.fleet_cmd(f"rollout_{build}", "rollout", "--image", life.refs[build])
+        _ok(proc, f"rollout {build}")
+        life.assert_all_on(build, f"rollout {build}")
+        life.keep_node_figures(f"rollout_{build}")
+
+    # 4. Roll back: every node to its previous image, B.
+    proc = life.fleet_cmd("rollback_to_B", "rollback")
+    _ok(proc, "rollback")
+    life.assert_all_on("B", "rollback")
+    life.keep_node_figures("rollback_to_B")
+
+    # 5. Verify the running fleet: a new report per node in a directory of this run.
+    runs_before = {p.name for p in life.verify_out.iterdir()}
+    proc = life.fleet_cmd("verify", "verify")
+    _ok(proc, "verify")
+    new_runs = {p.name for p in life.verify_out.iterdir()} - runs_before
+    assert len(new_runs) == 1, new_runs
+    reports = life.reports(new_runs.pop())
+    assert len(reports) == 3 and all(r["passed"] for r in reports), [r.get("counts") for r in reports]
+    b_digest = life.refs["B"].split("@", 1)[1]
+    for rep in reports:
+        assert rep["image"]["digest"] == b_digest, rep["image"]
+
+    # 6. Re-run the rollout of B: a no-op that touches no container.
+    before = life.snapshot()
+    proc = life.fleet_cmd("rerun_B_noop", "rollout", "--image", life.refs["B"])
+    _ok(proc, "re-run of B")
+    assert " ".join(proc.stdout.split()).count("is healthy; nothing to do") == 3, proc.stdout[-3000:]
+    assert life.snapshot() == before
+
+    # 7. Roll out C; node 2 is killed during its swap (after its drain): the run fails non-zero,
+    # and node 2's record says what it ran and what it was moving to.
+    before = life.snapshot()
+    bg = life.fleet_cmd("rollout_C_node_killed", "rollout", "--image", life.refs["C"], background=True)
+    assert isinstance(bg, subprocess.Popen)
+    t0 = time.monotonic()
+    killed_at = _kill_during_swap(life, n2, before[n2])
+    out, _ = bg.communicate(timeout=900)
+    FIGURES["wall_s"]["rollout_C_node_killed"] = round(time.monotonic() - t0, 1)
+    assert bg.returncode != 0, out[-3000:]
+    assert n2 in out and ("UNREACHABLE" in out or "unreachable" in out), out[-3000:]
+    assert "where the nodes stand now" in out and "unreachable" in out, out[-3000:]
+    assert life.lb_status()[n2] == "MAINT", "the killed node is back in the pool"
+    assert life.fleet.serving(n3)["Id"] == before[n3], "the rollout went on past the failed node"
+
+    # 8. Recovery: the node comes back (same address), and the rollout of C is run again.
+    life.load.mark("recovery_start_node")
+    docker("start", n2)
+    testfleet.wait_dockerd(n2)
+    rec = life.record(n2)
+    assert rec["state"] == "swapping", rec
+    assert rec["image_id"] == life.image_id("B") and rec["target"]["image"] == life.refs["C"], rec
+    proc = life.fleet_cmd("recovery_rollout_C", "rollout", "--image", life.refs["C"])
+    _ok(proc, "recovery rollout of C")
+    life.assert_all_on("C", "recovery")
+    life.keep_node_figures("recovery_rollout_C")
+    FIGURES["killed_at_unix"] = killed_at
+
+    # 9. Boot-verify reads the log after its own traffic: a fault printed while it runs fails it.
+    # Injected fault: vLLM on a CPU cannot be made to raise a real CUDA fault, so a line of one is
+    # written to the serving container's stdout while boot-verify's load runs on node 3.
+    life.load.stop()
+    traffic = life.load.summary()
+    FIGURES["requests"] = traffic
+    inject = threading.Thread(target=_inject_fault_during_verify, args=(life, n3), daemon=True)
+    inject.start()
+    proc = life.fleet_cmd("verify_catches_fault_in_traffic", "verify", "--limit", n3)
+    inject.join(timeout=600)
+    assert isinstance(proc, subprocess.CompletedProcess)
+    assert proc.returncode != 0, "boot-verify missed a fault printed during its own traffic"
+    assert "an illegal memory access was encountered" in proc.stdout, proc.stdout[-3000:]
+
+    # Over the whole sequence: no request failed, was cut short or came back empty.
+    total = traffic["total"]
+    assert total["sent"] > 100, total
+    assert total["failed"] == 0 and total["truncated"] == 0 and total["empty"] == 0, traffic["problems"]
+    assert total["completed"] == total["sent"], total
+    assert set(traffic["by_backend"]) == set(life.names), traffic["by_backend"]
+
+
+def _inject_fault_during_verify(life: Lifecycle, node: str) -> None:
+    """Wait until boot-verify's load reaches NODE (its request counter jumps), then print a CUDA
+    fault line on the serving container's stdout, which is what `docker logs` shows."""
+    url = f"http://{life.fleet.node(node).ip}:8000/metrics"
+
+    def requests_seen() -> float:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            text = r.read().decode()
+        return sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:request_success_total")
+        )
+
+    start = requests_seen()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and requests_seen() < start + 20:
+        time.sleep(0.3)
+    life.fleet.node_docker(
+        node,
+        "exec",
+        "vfleet-serve",
+        "sh",
+        "-c",
+        "echo 'ERROR 12-01 10:00:00 [core.py:1] CUDA error: an illegal memory access was encountered' > /proc/1/fd/1",
+    )
