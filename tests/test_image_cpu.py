@@ -7,6 +7,7 @@ download (`.cache/image-wheels`, reused afterwards). The image is left in place 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
@@ -91,27 +92,24 @@ def _get(url: str, key: str | None = None, body: dict[str, Any] | None = None) -
         return exc.code, exc.read().decode(errors="replace")
 
 
-@pytest.fixture(scope="module")
-def server(
-    cpu_image: images.BuildResult, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("cpu-run")
+@contextlib.contextmanager
+def boot(ref: str, model: Path, tmp: Path, label: str, extra: list[str] | None = None) -> Iterator[dict[str, Any]]:
+    """Run the image as `vfleet render tiny/cpu` prints it (this port, name and files), until /health 200."""
     env_file = tmp / "secrets.env"
     env_file.write_text(f"HF_TOKEN={TOKEN}\nVLLM_API_KEY={KEY}\n")
     port = _free_port()
     name = f"vfleet-test-cpu-{uuid.uuid4().hex[:8]}"
-    profile = Catalog().load("tiny/cpu")
-    # The exact `docker run` that `vfleet render tiny/cpu` prints, with this test's port, name and files.
     argv = docker_run_argv(
-        profile,
+        Catalog().load("tiny/cpu"),
         DockerRun(
-            image=cpu_image.ref,
-            model_dir=str(tiny_model),
+            image=ref,
+            model_dir=str(model),
             host_port=port,
             env_file=str(env_file),
             cache_volume=None,
             name=name,
-            extra_labels={"org.vfleet.test": "image-cpu"},
+            extra_labels={"org.vfleet.test": label},
+            extra_vllm_args=extra or [],
         ),
     )
     argv[0] = docker_bin()
@@ -131,10 +129,19 @@ def server(
             if time.monotonic() - t0 > BOOT_TIMEOUT:
                 raise AssertionError(f"no /health 200 within {BOOT_TIMEOUT} s:\n{logs(name)[-4000:]}")
             time.sleep(2)
-        print(f"\nCPU image: /health 200 after {time.monotonic() - t0:.0f} s")
+        print(f"\nCPU image ({label}): /health 200 after {time.monotonic() - t0:.0f} s")
         yield {"name": name, "base": base, "boot_s": time.monotonic() - t0}
     finally:
         dk("rm", "--force", name, check=False)
+
+
+@pytest.fixture(scope="module")
+def server(
+    cpu_image: images.BuildResult, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """The tiny profile as written (eager)."""
+    with boot(cpu_image.ref, tiny_model, tmp_path_factory.mktemp("cpu-run"), "image-cpu") as srv:
+        yield srv
 
 
 def inspect_container(name: str) -> dict[str, Any]:
@@ -191,6 +198,69 @@ def test_stops_on_sigterm_within_seconds(server: dict[str, Any]) -> None:
     print(f"\nSIGTERM -> exit {state['ExitCode']} in {took:.1f} s")
     assert took < 20, f"took {took:.1f} s to stop on SIGTERM"
     assert state["ExitCode"] in (0, 143) and not state["OOMKilled"], state
+
+
+# What the heavy layer removes (images/Dockerfile.cpu, docs/images.md "Slimming"): none of it may come back.
+SLIM_PROBE = (
+    "import importlib.util as u, json, sysconfig; from pathlib import Path; "
+    "t = Path(sysconfig.get_path('purelib')) / 'torch'; "
+    "print(json.dumps({'modules': [m for m in ('triton', 'numba', 'llvmlite') if u.find_spec(m)], "
+    "'files': sorted(str(p) for p in [t / 'test', *t.glob('bin/test_*'), *t.glob('bin/*Test')] if p.exists()), "
+    "'shm_manager': (t / 'bin' / 'torch_shm_manager').is_file(), "
+    "'leftovers': sorted(str(p) for d in ('/tmp', '/root/.cache') for p in Path(d).rglob('*') if p.is_file())}))"
+)
+
+
+def test_triton_and_the_other_slimmed_parts_are_not_in_the_image(cpu_image: images.BuildResult) -> None:
+    """Triton (~1 GB) and the rest stay out; vLLM still imports and hands out its Triton placeholders."""
+    ref = cpu_image.ref
+    triton = dk(
+        "run",
+        "--rm",
+        "--entrypoint",
+        "python3",
+        ref,
+        "-c",
+        "import importlib.util, sys; sys.exit(importlib.util.find_spec('triton') is not None)",
+        check=False,
+    )
+    assert triton.returncode == 0, f"triton is back in {ref}: {triton.stdout}{triton.stderr}"
+    got = json.loads(dk("run", "--rm", "--entrypoint", "python3", ref, "-c", SLIM_PROBE).stdout)
+    # leftovers: what the build's checks wrote (torch.compile's kernels and precompiled header) must not stay.
+    assert got == {"modules": [], "files": [], "shm_manager": True, "leftovers": []}, got
+    probe = (
+        "import vllm, vllm.triton_utils as t; "
+        "print(vllm.__version__, t.HAS_TRITON, type(t.triton).__name__, type(t.tl).__name__)"
+    )
+    out = dk("run", "--rm", "--env", "VLLM_TARGET_DEVICE=cpu", "--entrypoint", "python3", ref, "-c", probe)
+    assert out.stdout.split()[-4:] == ["0.30.0", "False", "TritonPlaceholder", "TritonLanguagePlaceholder"], (
+        out.stdout + out.stderr
+    )
+
+
+def test_serves_compiled_without_triton(
+    cpu_image: images.BuildResult, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`--no-enforce-eager`: torch.compile (inductor's C++ code on the CPU, no Triton) and structured output
+    (xgrammar, which declares triton as a dependency) both work in the slimmed image."""
+    tmp = tmp_path_factory.mktemp("cpu-compiled")
+    with boot(cpu_image.ref, tiny_model, tmp, "image-cpu-compiled", ["--no-enforce-eager"]) as srv:
+        base = srv["base"]
+        code, out = _get(
+            f"{base}/v1/completions",
+            key=KEY,
+            body={"model": "tiny", "prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0},
+        )
+        assert code == 200 and out["usage"]["completion_tokens"] > 0, out
+        code, out = _get(
+            f"{base}/v1/completions",
+            key=KEY,
+            body={"model": "tiny", "prompt": "Number:", "max_tokens": 6, "structured_outputs": {"regex": "[0-9]{3}"}},
+        )
+        assert code == 200 and re.fullmatch(r"[0-9]{1,3}", out["choices"][0]["text"]), out
+        text = logs(srv["name"])
+    assert "enforce_eager=False" in text and "'backend': 'inductor'" in text, "the boot was not compiled"
+    assert "Triton is installed" not in text
 
 
 def test_a_missing_model_stops_the_container_with_a_clear_error(cpu_image: images.BuildResult) -> None:
