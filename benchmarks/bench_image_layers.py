@@ -1,6 +1,7 @@
 """Image layer sizes, the bytes a profile-only change ships, and CPU-image boot with a cold vs warm cache.
 
     flock /tmp/vfleet-heavy.lock .venv/bin/python benchmarks/bench_image_layers.py [--boots compiled,eager]
+    flock /tmp/vfleet-heavy.lock .venv/bin/python benchmarks/bench_image_layers.py --images A,B [--rounds N]
 
 1. Builds the CPU image (cached layers are reused) and prints every layer with its size in bytes.
 2. Changes one serve profile in a copy of the build context, rebuilds, and prints which layers changed
@@ -9,6 +10,9 @@
    caches: Triton, AITER JIT, torch.compile) and prints the time to /health 200, cold then warm.
    Mode "compiled" passes --no-enforce-eager so that torch.compile runs (what the cache is for);
    "eager" is the tiny profile as written.
+
+With --images, nothing is built: only step 3 runs, for each of the given (already built) images, with
+their sizes; --rounds N repeats it, alternating the images, so that a busy host slows each alike.
 """
 
 from __future__ import annotations
@@ -82,8 +86,21 @@ def boot(ref: str, model: Path, volume: str, extra: list[str], timeout: float = 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--boots", default="compiled", help="comma list of boot modes: compiled, eager ('' for none)")
+    ap.add_argument("--images", default="", help="comma list of built images: boot these only, build nothing")
+    ap.add_argument("--rounds", type=int, default=1, help="with --images: boot rounds, images alternating")
     args = ap.parse_args()
     ensure_dockerd()
+    modes = [m for m in args.boots.split(",") if m]
+    if args.images:
+        refs = [r for r in args.images.split(",") if r]
+        for ref in refs:
+            print(f"== {ref}: {int(inspect(ref)['Size']):,} bytes (docker image inspect .Size)")
+        model = tiny_model()
+        for n in range(args.rounds):
+            for ref in refs:
+                for mode in modes:
+                    boot_pair(ref, model, mode, f"round {n + 1}, {ref}, ")
+        return 0
     res = images.build_image("cpu")
     print(f"== CPU image build: {res.seconds:.0f} s (cached layers reused where inputs are unchanged)")
     print(images.layer_report(res.ref))
@@ -117,31 +134,41 @@ def main() -> int:
         drop_context(ctx)
         dk("image", "rm", a, b, check=False)
 
-    modes = [m for m in args.boots.split(",") if m]
     if modes:
-        model = ROOT / ".cache" / "models" / "tiny"
-        subprocess.run(
-            [sys.executable, "-m", "vfleet", "model", "build", "--out", str(model)], check=True, capture_output=True
-        )
+        model = tiny_model()
         for mode in modes:
-            extra = ["--no-enforce-eager"] if mode == "compiled" else []
-            volume = f"vfleet-bench-cache-{uuid.uuid4().hex[:8]}"
-            dk("volume", "create", "--label", "org.vfleet.managed=true", volume)
-            try:
-                try:
-                    cold = boot(res.ref, model, volume, extra)
-                except RuntimeError as exc:
-                    print(f"== boot to /health ({mode}): FAILED: {exc}")
-                    continue
-                size = dk("run", "--rm", "--entrypoint", "du", "-v", f"{volume}:/c", res.ref, "-sb", "/c").stdout
-                warm = boot(res.ref, model, volume, extra)
-                print(
-                    f"== boot to /health ({mode}): cold cache {cold:.1f} s, warm cache {warm:.1f} s "
-                    f"({cold - warm:+.1f} s); cache volume {int(size.split()[0]):,} bytes"
-                )
-            finally:
-                dk("volume", "rm", volume, check=False)
+            boot_pair(res.ref, model, mode)
     return 0
+
+
+def tiny_model() -> Path:
+    model = ROOT / ".cache" / "models" / "tiny"
+    subprocess.run(
+        [sys.executable, "-m", "vfleet", "model", "build", "--out", str(model)], check=True, capture_output=True
+    )
+    return model
+
+
+def boot_pair(ref: str, model: Path, mode: str, prefix: str = "") -> None:
+    """Boot ``ref`` on a fresh cache volume (cold), then again on the same volume (warm), and print both."""
+    extra = ["--no-enforce-eager"] if mode == "compiled" else []
+    volume = f"vfleet-bench-cache-{uuid.uuid4().hex[:8]}"
+    dk("volume", "create", "--label", "org.vfleet.managed=true", volume)
+    try:
+        try:
+            cold = boot(ref, model, volume, extra)
+        except RuntimeError as exc:
+            print(f"== {prefix}boot to /health ({mode}): FAILED: {exc}")
+            return
+        size = dk("run", "--rm", "--entrypoint", "du", "-v", f"{volume}:/c", ref, "-sb", "/c").stdout
+        warm = boot(ref, model, volume, extra)
+        print(
+            f"== {prefix}boot to /health ({mode}): cold cache {cold:.1f} s, warm cache {warm:.1f} s "
+            f"({cold - warm:+.1f} s); cache volume {int(size.split()[0]):,} bytes",
+            flush=True,
+        )
+    finally:
+        dk("volume", "rm", volume, check=False)
 
 
 if __name__ == "__main__":
