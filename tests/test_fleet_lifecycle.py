@@ -172,77 +172,100 @@ class Lifecycle:
         return [json.loads(p.read_text()) for p in sorted(self.verify_out.glob(f"{run_dir_glob}/*/report.json"))]
 
 
-def _stage_and_promote(ref_local: str, node_ref: str, out: Path, promotions: Path, model: Path) -> None:
-    """Boot-verify a build on the controller's own dockerd, as a staging node would, and promote it."""
-    from vfleet.profiles import Catalog
-    from vfleet.render import DockerRun, docker_run_argv
-
-    name = f"vfleet-lifecycle-stage-{secrets.token_hex(3)}"
-    env_file = out.parent / f"{name}.env"
-    env_file.write_text(f"VLLM_API_KEY={API_KEY}\n")
-    env_file.chmod(0o600)
+def _free_port() -> int:
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    argv = docker_run_argv(
-        Catalog().load(PROFILE),
-        DockerRun(
-            image=ref_local,
-            model_dir=str(model),
-            host_port=port,
-            env_file=str(env_file),
-            cache_volume=None,
-            name=name,
-            extra_labels={"org.vfleet.role": "lifecycle-staging"},
-        ),
-    )
-    argv[argv.index("--publish") + 1] = f"127.0.0.1:{port}:8000"
-    subprocess.run([docker_bin(), *argv[1:]], check=True, capture_output=True, timeout=120)
+        return int(s.getsockname()[1])
+
+
+def _stage_and_promote(builds: dict[str, tuple[str, str]], tmp: Path, promotions: Path, model: Path) -> None:
+    """Boot-verify each build on the controller's own dockerd, as a staging node would, and promote
+    it. BUILDS: name -> (local reference, reference as the nodes see it). The three servers boot side
+    by side (the boot dominates); each is verified and removed."""
+    from vfleet.profiles import Catalog
+    from vfleet.render import DockerRun, docker_run_argv
+
+    env_file = tmp / "staging.env"
+    env_file.write_text(f"VLLM_API_KEY={API_KEY}\n")
+    env_file.chmod(0o600)
+    started: dict[str, tuple[str, int]] = {}
     try:
-        deadline = time.monotonic() + 420
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            time.sleep(2)
-        proc = subprocess.run(
-            [
-                *VFLEET,
-                "verify",
-                "--url",
-                f"http://127.0.0.1:{port}",
-                "--profile",
-                PROFILE,
-                "--container",
-                name,
-                "--image",
-                ref_local,
-                "--env-file",
-                str(env_file),
-                "--out",
-                str(out),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        assert proc.returncode == 0, f"staging boot-verify of {ref_local} failed:\n{proc.stdout[-3000:]}"
-        proc = subprocess.run(
-            [*VFLEET, "promote", node_ref, "--profile", PROFILE, "--report", str(out), "--registry", str(promotions)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert proc.returncode == 0, f"promotion of {node_ref} failed:\n{proc.stdout}{proc.stderr}"
+        for b, (ref_local, _) in builds.items():
+            name, port = f"vfleet-lifecycle-stage-{b.lower()}-{secrets.token_hex(3)}", _free_port()
+            argv = docker_run_argv(
+                Catalog().load(PROFILE),
+                DockerRun(
+                    image=ref_local,
+                    model_dir=str(model),
+                    host_port=port,
+                    env_file=str(env_file),
+                    cache_volume=None,
+                    name=name,
+                    extra_labels={"org.vfleet.role": "lifecycle-staging"},
+                ),
+            )
+            argv[argv.index("--publish") + 1] = f"127.0.0.1:{port}:8000"
+            subprocess.run([docker_bin(), *argv[1:]], check=True, capture_output=True, timeout=120)
+            started[b] = (name, port)
+        for b, (name, port) in started.items():
+            ref_local, node_ref = builds[b]
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                time.sleep(2)
+            out = tmp / f"staging-{b}"
+            proc = subprocess.run(
+                [
+                    *VFLEET,
+                    "verify",
+                    "--url",
+                    f"http://127.0.0.1:{port}",
+                    "--profile",
+                    PROFILE,
+                    "--container",
+                    name,
+                    "--image",
+                    ref_local,
+                    "--env-file",
+                    str(env_file),
+                    "--out",
+                    str(out),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+            assert proc.returncode == 0, f"staging boot-verify of {ref_local} failed:\n{proc.stdout[-3000:]}"
+            docker("rm", "--force", name, check=False)
+            proc = subprocess.run(
+                [
+                    *VFLEET,
+                    "promote",
+                    node_ref,
+                    "--profile",
+                    PROFILE,
+                    "--report",
+                    str(out),
+                    "--registry",
+                    str(promotions),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert proc.returncode == 0, f"promotion of {node_ref} failed:\n{proc.stdout}{proc.stderr}"
     finally:
-        docker("rm", "--force", name, check=False)
+        for name, _ in started.values():
+            docker("rm", "--force", name, check=False)
         env_file.unlink()
 
 
@@ -274,9 +297,8 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
         FIGURES["wall_s"]["fleet_up_and_push"] = round(time.monotonic() - t0, 1)
         life = Lifecycle(fleet, refs, tmp)
         t0 = time.monotonic()
-        for b in local:
-            alias = fleet.registry_local + "/" + local[b].rsplit("/", 1)[-1]
-            _stage_and_promote(alias, refs[b], tmp / f"staging-{b}", life.promotions, model)
+        aliases = {b: fleet.registry_local + "/" + local[b].rsplit("/", 1)[-1] for b in local}
+        _stage_and_promote({b: (aliases[b], refs[b]) for b in local}, tmp, life.promotions, model)
         FIGURES["wall_s"]["staging_verify_and_promote_3_builds"] = round(time.monotonic() - t0, 1)
         yield life
     finally:
