@@ -14,9 +14,11 @@ module: vfleet_node_state
 short_description: Read the serving container, the deployment record and /health; or write the record
 options:
   action:
-    description: read, or record (write O(record) to O(state_dir)/deployed.json, atomically).
+    description: >-
+      read; record (write O(record) to O(state_dir)/deployed.json, atomically); or prepare (create
+      O(state_dir) and O(dirs), and write O(env) to O(env_file) with mode 0600, for the container's --env-file).
     type: str
-    choices: [read, record]
+    choices: [read, record, prepare]
     default: read
   container:
     description: Name of the serving container.
@@ -33,6 +35,17 @@ options:
   record:
     description: The record to write (action record); updated_at is added.
     type: dict
+  env_file:
+    description: The node's env file (action prepare); its directory is made 0700.
+    type: path
+  env:
+    description: KEY -> value lines of the env file (action prepare); empty values are left out.
+    type: dict
+  dirs:
+    description: More directories to create (action prepare).
+    type: list
+    elements: path
+    default: []
 author: vfleet
 """
 
@@ -114,19 +127,50 @@ def record(module, p):
     module.exit_json(changed=True, record=data)
 
 
+def prepare(module, p):
+    changed = False
+    for d in [p["state_dir"], *p["dirs"]]:
+        if not os.path.isdir(d):
+            os.makedirs(d, mode=0o755, exist_ok=True)
+            changed = True
+    env_dir = os.path.dirname(p["env_file"])
+    if not os.path.isdir(env_dir):
+        os.makedirs(env_dir, mode=0o700, exist_ok=True)
+        changed = True
+    lines = ["# Written by the vfleet_node role; secrets come from vault. Do not commit."]
+    lines += [f"{k}={v}" for k, v in sorted((p["env"] or {}).items()) if v]
+    text = "\n".join(lines) + "\n"
+    try:
+        with open(p["env_file"]) as f:
+            same = f.read() == text and (os.stat(p["env_file"]).st_mode & 0o777) == 0o600
+    except FileNotFoundError:
+        same = False
+    if not same:
+        tmp = f"{p['env_file']}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, p["env_file"])
+        changed = True
+    module.exit_json(changed=changed)
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
-            "action": {"type": "str", "choices": ["read", "record"], "default": "read"},
+            "action": {"type": "str", "choices": ["read", "record", "prepare"], "default": "read"},
             "container": {"type": "str", "default": "vfleet-serve"},
             "state_dir": {"type": "path", "default": "/var/lib/vfleet"},
             "port": {"type": "int", "default": 8000},
             "record": {"type": "dict"},
+            "env_file": {"type": "path"},
+            "env": {"type": "dict", "no_log": True},
+            "dirs": {"type": "list", "elements": "path", "default": []},
         },
-        required_if=[("action", "record", ["record"])],
+        required_if=[("action", "record", ["record"]), ("action", "prepare", ["env_file"])],
     )
     p = module.params
-    (read if p["action"] == "read" else record)(module, p)
+    {"read": read, "record": record, "prepare": prepare}[p["action"]](module, p)
 
 
 if __name__ == "__main__":
