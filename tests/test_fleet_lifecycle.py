@@ -62,7 +62,7 @@ def _build_variant(base: str, tag: str, label: str) -> None:
         (Path(ctx) / "model.yaml").write_text(text.replace("description: ", f"description: ({label}) ", 1))
         (Path(ctx) / "Dockerfile").write_text(
             f"FROM {base}\nCOPY model.yaml /opt/vfleet/serve_configs/models/tiny/model.yaml\n"
-            f"LABEL org.vfleet.role=fleet-test-build org.vfleet.test-build={label}\n"
+            f"LABEL org.vfleet.role=fleet-test-build org.vfleet.test-build=\"{label}\"\n"
         )
         subprocess.run(
             [docker_bin(), "build", "--quiet", "-t", tag, ctx],

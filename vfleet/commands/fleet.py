@@ -127,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
     if cmd == "up":
         fleet = testfleet.up(args.name, args.nodes, args.profile)
         print(
-            f"fleet {fleet.name}: {len(fleet.nodes)} nodes, registry {fleet.registry_addr} "
-            f"(push via {fleet.registry_local}); inventory {fleet.inventory}"
+            f"fleet {fleet.name}: {len(fleet.nodes)} nodes behind the balancer {fleet.lb_url}, registry "
+            f"{fleet.registry_addr} (push via {fleet.registry_local}); inventory {fleet.inventory}"
         )
         return 0
     if cmd == "down":
