@@ -9,7 +9,7 @@ it on the controller, the way a staging node would). A load generator sends stea
 completions through the balancer for the whole sequence after the first deploy:
 
   deploy A -> roll out B -> roll out C -> roll back (to B) -> verify -> re-run B (no-op)
-  -> roll out C with a node killed during its swap -> recovery (start it again, roll out C again)
+  -> roll out C with the canary killed during its swap -> recovery (start it again, roll out B)
   -> a verify that must catch a fault printed during its own traffic.
 
 It asserts 0 failed, 0 truncated and 0 empty client responses over the whole sequence, every request
@@ -331,8 +331,9 @@ def _kill_during_swap(life: Lifecycle, node: str, before_id: str, timeout: float
     raise AssertionError(f"{node} never started its swap within {timeout:.0f} s")
 
 
+@pytest.mark.timeout(3600)
 def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
-    n2, n3 = life.names[1:]
+    n1, n2, n3 = life.names
 
     # 1. Deploy A on empty nodes (nothing serves yet, so the load starts after it).
     proc = life.fleet_cmd("deploy_A", "rollout", "--image", life.refs["A"])
@@ -377,32 +378,36 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     assert " ".join(proc.stdout.split()).count("is healthy; nothing to do") == 3, proc.stdout[-3000:]
     assert life.snapshot() == before
 
-    # 7. Roll out C; node 2 is killed during its swap (after its drain): the run fails non-zero, and
-    # node 2's record says what it ran and what it was moving to. Node 3, in the same batch, finishes.
+    # 7. Roll out C; the canary (node 1) is killed during its swap (after its drain, so nothing is in
+    # flight on it): the run fails non-zero before any other node is touched, and node 1's record
+    # says what it ran and what it was moving to.
     before = life.snapshot()
-    bg = life.fleet_cmd("rollout_C_node_killed", "rollout", "--image", life.refs["C"], background=True)
+    bg = life.fleet_cmd("rollout_C_canary_killed", "rollout", "--image", life.refs["C"], background=True)
     assert isinstance(bg, subprocess.Popen)
     t0 = time.monotonic()
-    killed_at = _kill_during_swap(life, n2, before[n2])
+    killed_at = _kill_during_swap(life, n1, before[n1])
     out, _ = bg.communicate(timeout=900)
-    FIGURES["wall_s"]["rollout_C_node_killed"] = round(time.monotonic() - t0, 1)
+    FIGURES["wall_s"]["rollout_C_canary_killed"] = round(time.monotonic() - t0, 1)
     assert bg.returncode != 0, out[-3000:]
-    assert n2 in out and ("UNREACHABLE" in out or "unreachable" in out), out[-3000:]
+    assert n1 in out and ("UNREACHABLE" in out or "unreachable" in out), out[-3000:]
     assert "where the nodes stand now" in out and "unreachable" in out, out[-3000:]
-    assert life.lb_status()[n2] == "MAINT", "the killed node is back in the pool"
-    assert life.record(n3)["image"] == life.refs["C"] and life.lb_status()[n3] == "UP", life.record(n3)
+    assert life.lb_status()[n1] == "MAINT", "the killed node is back in the pool"
+    assert {n: life.snapshot()[n] for n in (n2, n3)} == {n: before[n] for n in (n2, n3)}, "went on past the canary"
 
-    # 8. Recovery: the node comes back (same address), and the rollout of C is run again.
+    # 8. Recovery: the node comes back (same address); a rollout of B, which the rest of the fleet
+    # runs, brings it back to a healthy, verified image and into the pool, and touches nothing else.
     life.load.mark("recovery_start_node")
-    docker("start", n2)
-    testfleet.wait_dockerd(n2)
-    rec = life.record(n2)
+    docker("start", n1)
+    testfleet.wait_dockerd(n1)
+    rec = life.record(n1)
     assert rec["state"] == "swapping", rec
     assert rec["image_id"] == life.image_id("B") and rec["target"]["image"] == life.refs["C"], rec
-    proc = life.fleet_cmd("recovery_rollout_C", "rollout", "--image", life.refs["C"])
-    _ok(proc, "recovery rollout of C")
-    life.assert_all_on("C", "recovery")
-    life.keep_node_figures("recovery_rollout_C")
+    proc = life.fleet_cmd("recovery_rollout_B", "rollout", "--image", life.refs["B"])
+    _ok(proc, "recovery rollout of B")
+    assert " ".join(proc.stdout.split()).count("is healthy; nothing to do") == 2, proc.stdout[-3000:]
+    life.assert_all_on("B", "recovery")
+    assert {n: life.snapshot()[n] for n in (n2, n3)} == {n: before[n] for n in (n2, n3)}
+    life.keep_node_figures("recovery_rollout_B")
     FIGURES["killed_at_unix"] = killed_at
 
     # 9. Boot-verify reads the log after its own traffic: a fault printed while it runs fails it.
