@@ -20,9 +20,11 @@ per step, drain, out-of-pool and swap time per node, wall time per step) go to
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
@@ -91,6 +93,7 @@ class Lifecycle:
         self.promotions = tmp / "promotions.jsonl"
         self.verify_out = tmp / "verify"
         self.load: LoadGen | None = None
+        self.procs: list[subprocess.Popen[str]] = []
         self.extra = {
             "vfleet_node_api_key": API_KEY,
             "vfleet_node_promotions_file": str(self.promotions),
@@ -113,13 +116,28 @@ class Lifecycle:
         if self.load is not None:
             self.load.mark(step)
         env = {**os.environ, "VFLEET_PROMOTIONS": str(self.promotions)}
+        # A session of its own, so that teardown can stop ansible-playbook and its workers too.
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+        )
+        self.procs.append(proc)
         if background:
-            return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            return proc
         t0 = time.monotonic()
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=1500, env=env, check=False)
+        out, _ = proc.communicate(timeout=1500)
         FIGURES["wall_s"][step] = round(time.monotonic() - t0, 1)
-        proc.stdout += proc.stderr
-        return proc
+        return subprocess.CompletedProcess(argv, proc.returncode, out, "")
+
+    def stop_commands(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
 
     def record(self, node: str) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(docker("exec", node, "cat", "/var/lib/vfleet/deployed.json"))
@@ -305,8 +323,10 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
         FIGURES["wall_s"]["staging_verify_and_promote_3_builds"] = round(time.monotonic() - t0, 1)
         yield life
     finally:
-        if "life" in locals() and life.load is not None:
-            life.load.stop()
+        if "life" in locals():
+            life.stop_commands()
+            if life.load is not None:
+                life.load.stop()
         testfleet.down(name)
         for tag in BUILDS.values():
             docker("image", "rm", tag, check=False)
@@ -340,7 +360,9 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     _ok(proc, "deploy A")
     life.assert_all_on("A", "deploy A")
     life.keep_node_figures("deploy_A")
-    life.load = LoadGen(url=life.fleet.lb_url, model="tiny", api_key=API_KEY, concurrency=2, pause_s=0.5).start()
+    # One request at a time with pauses: vLLM's workers busy-poll for 1 s after each request, and a
+    # node that never idles would starve its neighbours' boots on 2 cores.
+    life.load = LoadGen(url=life.fleet.lb_url, model="tiny", api_key=API_KEY, concurrency=1, pause_s=1.5).start()
     deadline = time.monotonic() + 60
     while life.load.counts()["sent"] == 0 and time.monotonic() < deadline:
         time.sleep(0.5)
