@@ -362,7 +362,7 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     life.keep_node_figures("deploy_A")
     # One request at a time with pauses: vLLM's workers busy-poll for 1 s after each request, and a
     # node that never idles would starve its neighbours' boots on 2 cores.
-    life.load = LoadGen(url=life.fleet.lb_url, model="tiny", api_key=API_KEY, concurrency=1, pause_s=1.5).start()
+    life.load = LoadGen(url=life.fleet.lb_url, model="tiny", api_key=API_KEY, concurrency=1, pause_s=2.5).start()
     deadline = time.monotonic() + 60
     while life.load.counts()["sent"] == 0 and time.monotonic() < deadline:
         time.sleep(0.5)

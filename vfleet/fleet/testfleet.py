@@ -131,7 +131,7 @@ class Fleet:
         if not out.strip():
             return None
         data: list[dict[str, Any]] = json.loads(out)
-        return data[0]
+        return data[0] if data else None
 
     def health(self, node: str, port: int = 8000, path: str = "/health") -> int:
         """HTTP status of the node's serving container (0 if nothing answers)."""

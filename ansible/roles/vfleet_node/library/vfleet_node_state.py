@@ -15,10 +15,12 @@ short_description: Read the serving container, the deployment record and /health
 options:
   action:
     description: >-
-      read; record (write O(record) to O(state_dir)/deployed.json, atomically); or prepare (create
-      O(state_dir) and O(dirs), and write O(env) to O(env_file) with mode 0600, for the container's --env-file).
+      read; record (write O(record) to O(state_dir)/deployed.json, atomically); prepare (create
+      O(state_dir) and O(dirs), and write O(env) to O(env_file) with mode 0600, for the container's --env-file);
+      or wait_health (poll /health until 200 within O(timeout), failing at once with the log tail when the
+      container exits).
     type: str
-    choices: [read, record, prepare]
+    choices: [read, record, prepare, wait_health]
     default: read
   container:
     description: Name of the serving container.
@@ -41,6 +43,14 @@ options:
   env:
     description: KEY -> value lines of the env file (action prepare); empty values are left out.
     type: dict
+  timeout:
+    description: Seconds to wait for /health (action wait_health).
+    type: float
+    default: 1800
+  interval:
+    description: Seconds between polls (action wait_health).
+    type: float
+    default: 1
   dirs:
     description: More directories to create (action prepare).
     type: list
@@ -74,6 +84,7 @@ import datetime
 import json
 import os
 import subprocess
+import time
 import urllib.error
 import urllib.request
 
@@ -127,6 +138,52 @@ def record(module, p):
     module.exit_json(changed=True, record=data)
 
 
+def _health(port):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, OSError, ValueError):
+        return 0
+
+
+def wait_health(module, p):
+    """One module run for the whole wait: a poll costs an HTTP request, not an Ansible task."""
+    t0 = time.monotonic()
+    status = 0
+    while time.monotonic() - t0 < p["timeout"]:
+        status = _health(p["port"])
+        if status == 200:
+            module.exit_json(changed=False, seconds=round(time.monotonic() - t0, 1))
+        state = subprocess.run(
+            ["docker", "container", "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", p["container"]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        ).stdout.split()
+        if not state or state[0] in ("exited", "dead"):
+            tail = subprocess.run(
+                ["docker", "logs", "--tail", "20", p["container"]],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            lines = (tail.stdout + tail.stderr).strip().splitlines()[-8:]
+            module.fail_json(
+                msg=(
+                    f"{p['container']} stopped while starting (state {' '.join(state) or 'gone'}) after "
+                    f"{time.monotonic() - t0:.0f} s; its log ended: {' / '.join(lines)[:1500]}"
+                )
+            )
+        time.sleep(p["interval"])
+    module.fail_json(
+        msg=f"{p['container']}: /health did not answer 200 within {p['timeout']:.0f} s (last status {status or 'none'})"
+    )
+
+
 def prepare(module, p):
     changed = False
     for d in [p["state_dir"], *p["dirs"]]:
@@ -158,7 +215,7 @@ def prepare(module, p):
 def main():
     module = AnsibleModule(
         argument_spec={
-            "action": {"type": "str", "choices": ["read", "record", "prepare"], "default": "read"},
+            "action": {"type": "str", "choices": ["read", "record", "prepare", "wait_health"], "default": "read"},
             "container": {"type": "str", "default": "vfleet-serve"},
             "state_dir": {"type": "path", "default": "/var/lib/vfleet"},
             "port": {"type": "int", "default": 8000},
@@ -166,11 +223,13 @@ def main():
             "env_file": {"type": "path"},
             "env": {"type": "dict", "no_log": True},
             "dirs": {"type": "list", "elements": "path", "default": []},
+            "timeout": {"type": "float", "default": 1800},
+            "interval": {"type": "float", "default": 1},
         },
         required_if=[("action", "record", ["record"]), ("action", "prepare", ["env_file"])],
     )
     p = module.params
-    {"read": read, "record": record, "prepare": prepare}[p["action"]](module, p)
+    {"read": read, "record": record, "prepare": prepare, "wait_health": wait_health}[p["action"]](module, p)
 
 
 if __name__ == "__main__":
