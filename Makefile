@@ -4,7 +4,7 @@ VENV ?= .venv
 V := $(VENV)/bin
 STAMP := $(VENV)/.vfleet-bootstrap
 
-.PHONY: help venv test lint check profiles patches demo boot-verify image lb rollout rollback fleet-verify fleet-status fleet-up fleet-down
+.PHONY: help venv test lint check profiles patches demo boot-verify image lb rollout rollback fleet-verify fleet-status fleet-up fleet-stage stage fleet-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -60,6 +60,12 @@ fleet-status: $(STAMP) ## what runs where: image digest, profile, health
 
 fleet-up: $(STAMP) ## start a test fleet of Docker-in-Docker nodes + registry: FLEET=name [NODES=3]
 	$(V)/vfleet fleet up --name $(or $(FLEET),dev) --nodes $(or $(NODES),3)
+
+fleet-stage: $(STAMP) ## push IMAGE=ref to a test fleet, boot-verify it here and promote it: FLEET=name
+	$(V)/vfleet fleet stage --name $(or $(FLEET),dev) $(IMAGE)
+
+stage: $(STAMP) ## boot-verify IMAGE=ref on this machine's docker and promote it: PROFILE=model/platform [MODEL_DIR=dir]
+	$(V)/vfleet stage $(IMAGE) --profile $(PROFILE) $(if $(MODEL_DIR),--model-dir $(MODEL_DIR))
 
 fleet-down: $(STAMP) ## remove a test fleet (by label): FLEET=name
 	$(V)/vfleet fleet down --name $(or $(FLEET),dev)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -51,7 +50,6 @@ pytestmark = [
     ),
 ]
 PROFILE = "tiny/cpu"
-API_KEY = secrets.token_hex(16)
 BUILDS = {"B": "vfleet-cpu-lifecycle:build-b", "C": "vfleet-cpu-lifecycle:build-c"}
 FIGURES: dict[str, Any] = {"wall_s": {}, "nodes": {}, "requests": {}}
 VFLEET = [sys.executable, "-m", "vfleet"]
@@ -75,15 +73,6 @@ def _build_variant(base: str, tag: str, label: str) -> None:
         )
 
 
-def _digest_ref(local_tag: str, node_ref: str) -> str:
-    """repo@sha256 as the nodes see it, from the manifest digest the push recorded locally."""
-    digests = json.loads(docker("image", "inspect", "--format", "{{json .RepoDigests}}", local_tag))
-    repo = node_ref.rsplit(":", 1)[0]
-    name = repo.split("/", 1)[1]
-    digest = next(d.split("@", 1)[1] for d in digests if d.split("@", 1)[0].endswith("/" + name))
-    return f"{repo}@{digest}"
-
-
 class Lifecycle:
     def __init__(self, fleet: testfleet.Fleet, refs: dict[str, str], tmp: Path) -> None:
         self.fleet = fleet
@@ -95,7 +84,6 @@ class Lifecycle:
         self.load: LoadGen | None = None
         self.procs: list[subprocess.Popen[str]] = []
         self.extra = {
-            "vfleet_node_api_key": API_KEY,
             "vfleet_node_promotions_file": str(self.promotions),
             "vfleet_node_verify_out": str(self.verify_out),
             "vfleet_node_poll_interval": 2,
@@ -193,103 +181,6 @@ class Lifecycle:
         return [json.loads(p.read_text()) for p in sorted(self.verify_out.glob(f"{run_dir_glob}/*/report.json"))]
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _stage_and_promote(builds: dict[str, tuple[str, str]], tmp: Path, promotions: Path, model: Path) -> None:
-    """Boot-verify each build on the controller's own dockerd, as a staging node would, and promote
-    it. BUILDS: name -> (local reference, reference as the nodes see it). The three servers boot side
-    by side (the boot dominates); each is verified and removed."""
-    from vfleet.profiles import Catalog
-    from vfleet.render import DockerRun, docker_run_argv
-
-    env_file = tmp / "staging.env"
-    env_file.write_text(f"VLLM_API_KEY={API_KEY}\n")
-    env_file.chmod(0o600)
-    started: dict[str, tuple[str, int]] = {}
-    try:
-        for b, (ref_local, _) in builds.items():
-            name, port = f"vfleet-lifecycle-stage-{b.lower()}-{secrets.token_hex(3)}", _free_port()
-            argv = docker_run_argv(
-                Catalog().load(PROFILE),
-                DockerRun(
-                    image=ref_local,
-                    model_dir=str(model),
-                    host_port=port,
-                    env_file=str(env_file),
-                    cache_volume=None,
-                    name=name,
-                    extra_labels={"org.vfleet.role": "lifecycle-staging"},
-                ),
-            )
-            argv[argv.index("--publish") + 1] = f"127.0.0.1:{port}:8000"
-            subprocess.run([docker_bin(), *argv[1:]], check=True, capture_output=True, timeout=120)
-            started[b] = (name, port)
-        for b, (name, port) in started.items():
-            ref_local, node_ref = builds[b]
-            deadline = time.monotonic() + 600
-            while time.monotonic() < deadline:
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                time.sleep(2)
-            out = tmp / f"staging-{b}"
-            proc = subprocess.run(
-                [
-                    *VFLEET,
-                    "verify",
-                    "--url",
-                    f"http://127.0.0.1:{port}",
-                    "--profile",
-                    PROFILE,
-                    "--container",
-                    name,
-                    "--image",
-                    ref_local,
-                    "--env-file",
-                    str(env_file),
-                    "--out",
-                    str(out),
-                ],
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=False,
-            )
-            assert proc.returncode == 0, f"staging boot-verify of {ref_local} failed:\n{proc.stdout[-3000:]}"
-            docker("rm", "--force", name, check=False)
-            proc = subprocess.run(
-                [
-                    *VFLEET,
-                    "promote",
-                    node_ref,
-                    "--profile",
-                    PROFILE,
-                    "--report",
-                    str(out),
-                    "--registry",
-                    str(promotions),
-                ],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
-            assert proc.returncode == 0, f"promotion of {node_ref} failed:\n{proc.stdout}{proc.stderr}"
-    finally:
-        for name, _ in started.values():
-            docker("rm", "--force", name, check=False)
-        env_file.unlink()
-
-
 @pytest.fixture(scope="module")
 def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     from vfleet.dockerd import ensure_dockerd
@@ -310,17 +201,27 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     name = f"l{os.getpid()}"
     try:
         t0 = time.monotonic()
-        fleet = testfleet.up(name, nodes=3)
-        for n in fleet.nodes:
-            docker("cp", f"{model}/.", f"{n.name}:/srv/models")
-        pushed = {b: fleet.push(ref) for b, ref in local.items()}
-        refs = {b: _digest_ref(fleet.registry_local + "/" + local[b].rsplit("/", 1)[-1], pushed[b]) for b in local}
-        FIGURES["wall_s"]["fleet_up_and_push"] = round(time.monotonic() - t0, 1)
-        life = Lifecycle(fleet, refs, tmp)
+        # As an operator starts one: the tiny model copied onto every node, a fleet API key in a 0600
+        # file that the inventory reads.
+        fleet = testfleet.up(name, nodes=3, model_dir=model, api_key=True)
+        FIGURES["wall_s"]["fleet_up"] = round(time.monotonic() - t0, 1)
+        life = Lifecycle(fleet, {}, tmp)
+        # `vfleet fleet stage`: push each build, boot-verify it on the controller's dockerd (as a
+        # staging node would) and promote the digest the nodes pull.
         t0 = time.monotonic()
-        aliases = {b: fleet.registry_local + "/" + local[b].rsplit("/", 1)[-1] for b in local}
-        _stage_and_promote({b: (aliases[b], refs[b]) for b in local}, tmp, life.promotions, model)
-        FIGURES["wall_s"]["staging_verify_and_promote_3_builds"] = round(time.monotonic() - t0, 1)
+        proc = subprocess.run(
+            [*VFLEET, "fleet", "stage", "--name", name, *local.values()],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
+            env={**os.environ, "VFLEET_PROMOTIONS": str(life.promotions), "VFLEET_REPORTS": str(tmp / "staging")},
+        )
+        assert proc.returncode == 0, f"vfleet fleet stage failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        life.refs.update({b: fleet.digest_ref(ref) for b, ref in local.items()})
+        for ref in life.refs.values():
+            assert f"promoted: {ref}" in proc.stdout, proc.stdout[-3000:]
+        FIGURES["wall_s"]["push_stage_and_promote_3_builds"] = round(time.monotonic() - t0, 1)
         yield life
     finally:
         if "life" in locals():
@@ -362,7 +263,8 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     life.keep_node_figures("deploy_A")
     # One request at a time with pauses: vLLM's workers busy-poll for 1 s after each request, and a
     # node that never idles would starve its neighbours' boots on 2 cores.
-    life.load = LoadGen(url=life.fleet.lb_url, model="tiny", api_key=API_KEY, concurrency=1, pause_s=2.5).start()
+    api_key = life.fleet.api_key_file.read_text().strip()
+    life.load = LoadGen(url=life.fleet.lb_url, model="tiny", api_key=api_key, concurrency=1, pause_s=2.5).start()
     deadline = time.monotonic() + 60
     while life.load.counts()["sent"] == 0 and time.monotonic() < deadline:
         time.sleep(0.5)

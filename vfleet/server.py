@@ -239,6 +239,8 @@ class ContainerServer:
         image: str,
         host: str = "127.0.0.1",
         health_timeout_s: float = 300.0,
+        name_prefix: str = "vfleet-demo",
+        labels: dict[str, str] | None = None,
     ) -> None:
         import secrets
 
@@ -248,7 +250,9 @@ class ContainerServer:
         self.host = host
         self.port = free_port(host)
         self.health_timeout_s = health_timeout_s
-        self.name = f"vfleet-demo-{secrets.token_hex(4)}"
+        self.name = f"{name_prefix}-{secrets.token_hex(4)}"
+        self.labels = labels if labels is not None else {"org.vfleet.demo": "true"}
+        self._t0 = time.monotonic()
         self.api_key = f"vf-{secrets.token_hex(16)}"
         self.started = False
         self.boot_s: float | None = None
@@ -261,6 +265,12 @@ class ContainerServer:
         return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120, check=check)
 
     def start(self, progress: Callable[[float], None] | None = None) -> ContainerServer:
+        """launch() then wait_healthy()."""
+        self.launch()
+        return self.wait_healthy(progress)
+
+    def launch(self) -> ContainerServer:
+        """`docker run` the container and return at once (several can then boot side by side)."""
         import tempfile
 
         from vfleet.render import DockerRun, docker_run_argv
@@ -276,16 +286,24 @@ class ContainerServer:
                 env_file=env_path,
                 cache_volume=None,
                 name=self.name,
-                extra_labels={"org.vfleet.demo": "true"},
+                extra_labels=self.labels,
             )
             argv = docker_run_argv(self.profile, opts)
-            t0 = time.monotonic()
+            # Only this host reaches it.
+            argv[argv.index("--publish") + 1] = f"{self.host}:{self.port}:{self.profile.port()}"
+            self._t0 = time.monotonic()
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
         finally:
             os.unlink(env_path)
         if proc.returncode != 0:
             raise ServerError(f"docker run {self.image} failed: {proc.stderr.strip()[-500:]}")
         self.started = True
+        return self
+
+    def wait_healthy(self, progress: Callable[[float], None] | None = None) -> ContainerServer:
+        """Wait (bounded by health_timeout_s) until /health answers 200; a container that exits first
+        is an error with its last log lines. On any failure the container is removed."""
+        t0 = self._t0
         try:
             while True:
                 try:

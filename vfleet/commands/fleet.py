@@ -67,11 +67,27 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     up.add_argument("--name", default="dev")
     up.add_argument("--nodes", type=int, default=3)
     up.add_argument("--profile", default="tiny/cpu")
+    up.add_argument(
+        "--model-dir",
+        type=Path,
+        help="copied to every node's /srv/models (default for tiny/cpu: the locally built tiny model)",
+    )
+    up.add_argument("--no-model", action="store_true", help="copy no model onto the nodes")
     down = fs.add_parser("down", help="remove a test fleet (by label) and its state")
     down.add_argument("--name", default="dev")
     push = fs.add_parser("push", help="push a local image to a test fleet's registry")
     push.add_argument("--name", default="dev")
     push.add_argument("image")
+    stage = fs.add_parser(
+        "stage",
+        help="push images to a test fleet's registry, boot-verify each on this machine and promote it",
+        description="Push each IMAGE to the test fleet's registry, boot-verify it on this machine's dockerd "
+        "as a staging node does (`vfleet stage`), and promote the registry digest the nodes pull. Prints the "
+        "REPO@sha256 reference to roll out.",
+    )
+    stage.add_argument("--name", default="dev")
+    stage.add_argument("--profile", help="serve profile (default: the fleet's)")
+    stage.add_argument("images", nargs="+", metavar="IMAGE")
     show = fs.add_parser("show", help="print a test fleet: nodes, addresses, registry, inventory")
     show.add_argument("--name", default="dev")
 
@@ -120,15 +136,40 @@ def _playbook(args: argparse.Namespace) -> int:
     return proc.returncode
 
 
+def _stage(args: argparse.Namespace) -> int:
+    from vfleet import tinymodel
+    from vfleet.staging import Candidate, stage
+
+    fleet = testfleet.load(args.name)
+    profile = args.profile or fleet.profile
+    if profile != "tiny/cpu":
+        raise VfleetError(f"vfleet fleet stage runs tiny/cpu on this machine; stage {profile} with `vfleet stage`")
+    candidates = []
+    for image in args.images:
+        print(f"push {image} -> {fleet.push(image)}")
+        candidates.append(Candidate(fleet.alias(image), fleet.digest_ref(image)))
+    results = stage(candidates, profile, tinymodel.build())
+    for r in results:
+        print(f"{'promoted' if r.promoted else 'NOT promoted'}: {r.candidate.promote_as}")
+    return 0 if all(r.promoted for r in results) else 1
+
+
 def run(args: argparse.Namespace) -> int:
     cmd = args.fleet_command
     if cmd in ("rollout", "rollback", "verify", "status", "lb"):
         return _playbook(args)
     if cmd == "up":
-        fleet = testfleet.up(args.name, args.nodes, args.profile)
+        model_dir = args.model_dir
+        if model_dir is None and not args.no_model and args.profile == "tiny/cpu":
+            from vfleet import tinymodel
+
+            model_dir = tinymodel.build()
+        fleet = testfleet.up(args.name, args.nodes, args.profile, model_dir=model_dir, api_key=True)
         print(
             f"fleet {fleet.name}: {len(fleet.nodes)} nodes behind the balancer {fleet.lb_url}, registry "
             f"{fleet.registry_addr} (push via {fleet.registry_local}); inventory {fleet.inventory}"
+            + (f"; model {model_dir} copied to each node's /srv/models" if model_dir else "")
+            + f"; API key in {fleet.api_key_file}"
         )
         return 0
     if cmd == "down":
@@ -136,8 +177,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"fleet {args.name}: removed {len(removed)} containers")
         return 0
     if cmd == "push":
-        print(testfleet.load(args.name).push(args.image))
+        fleet = testfleet.load(args.name)
+        print(fleet.push(args.image))
+        print(fleet.digest_ref(args.image))
         return 0
+    if cmd == "stage":
+        return _stage(args)
     fleet = testfleet.load(args.name)
     print(f"registry {fleet.registry} {fleet.registry_addr} (controller: {fleet.registry_local})")
     print(f"balancer {fleet.lb.name} http://{fleet.lb.ip}:{testfleet.LB_PORT}")

@@ -14,6 +14,8 @@ a production node over SSH. The balancer is configured by the project's own `lb.
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import time
 import urllib.error
 import urllib.request
@@ -70,6 +72,7 @@ class Fleet:
     lb: Node = field(default_factory=lambda: Node("", ""))
     nodes: list[Node] = field(default_factory=list)
     pushed: list[str] = field(default_factory=list)  # controller-side tags, removed on down
+    profile: str = "tiny/cpu"  # the serve profile of its nodes
 
     @property
     def lb_url(self) -> str:
@@ -87,10 +90,32 @@ class Fleet:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "fleet.json").write_text(json.dumps(asdict(self), indent=2))
 
+    @property
+    def api_key_file(self) -> Path:
+        """The fleet's API key (mode 0600), when `up` made one; the inventory reads it with a lookup."""
+        return self.dir / "api_key"
+
+    def alias(self, local_ref: str) -> str:
+        """The controller-side name of LOCAL_REF in the fleet registry (127.0.0.1:PORT/REPO:TAG)."""
+        return f"{self.registry_local}/{local_ref.rsplit('/', 1)[-1]}"
+
+    def digest_ref(self, local_ref: str) -> str:
+        """REPO@sha256:D as the nodes see a pushed LOCAL_REF: the manifest digest docker recorded
+        for the push (RepoDigests of the controller-side alias)."""
+        alias = self.alias(local_ref)
+        digests = json.loads(docker("image", "inspect", "--format", "{{json .RepoDigests}}", alias))
+        repo = alias.rsplit(":", 1)[0]
+        found = [d.split("@", 1)[1] for d in digests or [] if d.split("@", 1)[0] == repo]
+        if not found:
+            raise VfleetError(
+                f"{local_ref} was not pushed to fleet {self.name}: `vfleet fleet push --name {self.name} {local_ref}`"
+            )
+        return f"{self.registry_addr}/{repo.split('/', 1)[1]}@{found[0]}"
+
     def push(self, local_ref: str) -> str:
         """Push a controller image to the fleet registry; return the reference the nodes use."""
         repo_tag = local_ref.rsplit("/", 1)[-1]
-        alias = f"{self.registry_local}/{repo_tag}"
+        alias = self.alias(local_ref)
         docker("tag", local_ref, alias)
         if alias not in self.pushed:
             self.pushed.append(alias)
@@ -199,6 +224,12 @@ def write_inventory(
         for n in fleet.nodes
     }
     docker_conn = {"ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"}
+    # The key stays in its own 0600 file; the inventory only names it.
+    key_var = (
+        {"vfleet_node_api_key": "{{ lookup('file', '" + str(fleet.api_key_file) + "') }}"}
+        if fleet.api_key_file.is_file()
+        else {}
+    )
     doc = {
         "all": {
             # Fleet-wide: the controller plays (plan, lock) and the balancer steps of every node read these.
@@ -206,7 +237,7 @@ def write_inventory(
             "children": {
                 "vfleet_lb": {"vars": docker_conn, "hosts": {fleet.lb.name: {}}},
                 "vfleet_nodes": {
-                    "vars": {**docker_conn, "vfleet_node_min_free_gb": 1, **(extra_vars or {})},
+                    "vars": {**docker_conn, "vfleet_node_min_free_gb": 1, **key_var, **(extra_vars or {})},
                     "children": {group: {"vars": {"vfleet_node_profile": profile}, "hosts": hosts}},
                 },
             },
@@ -218,9 +249,18 @@ def write_inventory(
     return fleet.inventory
 
 
-def up(name: str, nodes: int = 3, profile: str = "tiny/cpu", group: str = "cpu_x86") -> Fleet:
+def up(
+    name: str,
+    nodes: int = 3,
+    profile: str = "tiny/cpu",
+    group: str = "cpu_x86",
+    model_dir: Path | None = None,
+    api_key: bool = False,
+) -> Fleet:
     """Start the network, the registry, the balancer and NODES nodes, and set the balancer up with
-    lb.yml; on any failure remove what was started."""
+    lb.yml; on any failure remove what was started. MODEL_DIR is copied to every node's /srv/models
+    (the rendered container mounts it); with API_KEY the fleet gets a random API key (a 0600 file in
+    its state directory, which the inventory reads), as a real fleet keeps one in its vault."""
     if nodes < 1:
         raise VfleetError("a fleet needs at least one node (--nodes N)")
     if nodes > 200:
@@ -283,6 +323,7 @@ def up(name: str, nodes: int = 3, profile: str = "tiny/cpu", group: str = "cpu_x
             registry_local=f"127.0.0.1:{port}",
             network=net,
             lb=lb,
+            profile=profile,
         )
         fleet.save()
         for i in range(1, nodes + 1):
@@ -310,6 +351,12 @@ def up(name: str, nodes: int = 3, profile: str = "tiny/cpu", group: str = "cpu_x
         fleet.save()
         for n in fleet.nodes:
             wait_dockerd(n.name)
+            if model_dir is not None:
+                docker("cp", f"{Path(model_dir).resolve()}/.", f"{n.name}:/srv/models")
+        if api_key:
+            fd = os.open(fleet.api_key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"vf-{secrets.token_hex(16)}")
         write_inventory(fleet, profile, group)
         setup_balancer(fleet)
         return fleet
