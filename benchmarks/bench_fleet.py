@@ -8,7 +8,8 @@
   window (balancer drain to ready).
 
     .venv/bin/python benchmarks/bench_fleet.py            # print what the last test runs recorded
-    .venv/bin/python benchmarks/bench_fleet.py --run      # run both fleet tests first (about 25 min on 2 cores)
+    .venv/bin/python benchmarks/bench_fleet.py --run      # run both fleet tests first (about 26 min on 2 cores)
+    .venv/bin/python benchmarks/bench_fleet.py --dir /tmp/ci/.cache/fleet   # what another checkout recorded
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def lifecycle(data: dict[str, Any]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", action="store_true", help="run the fleet tests first")
+    ap.add_argument("--dir", type=Path, default=FIG, help=f"where the figures are (default {FIG})")
     args = ap.parse_args()
     if args.run:
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", *TESTS], cwd=ROOT, check=False)
@@ -79,7 +81,7 @@ def main() -> int:
             print(f"fleet tests failed (exit {proc.returncode}); figures below are from what ran")
     found = False
     for name, show in (("figures.json", standin), ("figures-lifecycle.json", lifecycle)):
-        path = FIG / name
+        path = args.dir / name
         if not path.exists():
             print(f"{name}: no figures yet ({path}); run the fleet tests first (--run)")
             continue

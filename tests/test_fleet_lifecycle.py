@@ -167,10 +167,12 @@ class Lifecycle:
             assert status[n] == "UP", f"{step}: {n} is {status[n]} in the balancer, not UP"
 
     def keep_node_figures(self, step: str) -> None:
+        """The timings of the nodes this step swapped (a record of an earlier run is not counted again)."""
+        seen = {row["run_id"] for rows in FIGURES["nodes"].values() for row in rows.values()}
         rows = {}
         for n in self.names:
             rec = self.record(n)
-            if rec.get("run_id") and rec.get("swap_seconds") is not None:
+            if rec.get("run_id") and rec["run_id"] not in seen and rec.get("swap_seconds") is not None:
                 rows[n] = {
                     k: rec.get(k)
                     for k in ("run_id", "drain_seconds", "swap_seconds", "verify_seconds", "out_of_pool_seconds")
