@@ -29,8 +29,8 @@ FAULTS = {
     "kv_small.log": ("kv_tokens", ["expected KV cache >= 40,000 tokens", "saw 30,112"]),
     "illegal_memory.log": ("faults", ["expected no fault", "illegal memory access"]),
     "rocm_memory_fault.log": ("faults", ["Memory access fault by GPU node-2"]),
-    "kernel_assert.log": ("faults", ["kernel assert", "Assertion `prefix_lse_idx < num_tokens` failed"]),
-    "engine_dead_midrun.log": ("faults", ["engine died", "EngineDeadError"]),
+    "kernel_assert.log": ("faults", ["kernel-assert", "Assertion `prefix_lse_idx < num_tokens` failed"]),
+    "engine_dead_midrun.log": ("faults", ["engine-died", "EngineDeadError"]),
 }
 
 
@@ -77,7 +77,7 @@ def test_production_profile_without_a_named_backend_needs_one_in_the_log() -> No
     found = logcheck.check_attention_backend(healthy, v, production=True)
     assert found.ok is True and "FLASH_ATTN" in found.message, found
     assert logcheck.attention_backends(healthy) == ["FLASH_ATTN"]
-    silent = "\n".join(line for line in healthy.splitlines() if not logcheck.BACKEND_RE.search(line))
+    silent = "".join(line for line in healthy.splitlines(keepends=True) if not logcheck.BACKEND_RE.search(line))
     assert silent.count("\n") > 10
     missing = logcheck.check_attention_backend(silent, v, production=True)
     assert missing.ok is False

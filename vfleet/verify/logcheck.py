@@ -42,8 +42,11 @@ VLLM_RECORD_RE = re.compile(
 # uvicorn: `INFO:     172.17.0.1:36966 - "POST /v1/completions HTTP/1.1" 400 Bad Request`
 UVICORN_RE = re.compile(PROC_PREFIX + r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+(?P<msg>.*)$")
 ACCESS_RE = re.compile(r'"[A-Z]+ \S+ HTTP/[\d.]+" (?P<status>\d{3})\b')
-# glog / c10 (torch): `W1201 07:54:56.956000 1 torch/_library/triton.py:53] ...`, `[W1201 07:55:12.452 utils.cpp:41] ...`
-GLOG_RE = re.compile(PROC_PREFIX + r"\[?(?P<sev>[IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +(?:\d+ +)?(?P<src>[^\]\s]+)\] ?(?P<msg>.*)$")
+# glog / c10 (torch): `W1201 07:54:56.956000 1 torch/_library/triton.py:53] ...`,
+# `[W1201 07:55:12.452 utils.cpp:41] ...`
+GLOG_RE = re.compile(
+    PROC_PREFIX + r"\[?(?P<sev>[IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +(?:\d+ +)?(?P<src>[^\]\s]+)\] ?(?P<msg>.*)$"
+)
 GLOG_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
 PROC_NAME_RE = re.compile(r"\(([\w.:-]+) pid=(\d+)\)")
 TRACEBACK_RE = re.compile(r"Traceback \(most recent call last\):")
@@ -227,21 +230,22 @@ def _events(lines: list[Line]) -> list[Event]:
             while start > 0 and _header(lines[start - 1]) == head and not TRACEBACK_RE.search(lines[start - 1].msg):
                 start -= 1
         j = i + 1
-        while j < n:
-            nxt = lines[j]
-            if not nxt.text.startswith(head) or (ln.level is None and nxt.level is not None):
-                break
-            rest = nxt.text[len(head) :]
-            if rest == "" or rest[:1] in (" ", "\t") or TRACEBACK_RE.match(rest) or CHAINED_RE.match(rest):
+        if ln.level is not None:
+            # A logged traceback: every line of the record carries the same header (process, level, time to
+            # the second, file:line), including a multi-line exception message.
+            while j < n and lines[j].text.startswith(head):
                 j += 1
-                continue
-            # the exception line ends this traceback, unless a chained one follows
-            j += 1
-            if j < n and lines[j].text.startswith(head):
-                after = lines[j].text[len(head) :]
-                if after == "" or CHAINED_RE.match(after) or (ln.level is not None and after[:1] in (" ", "\t")):
+        else:
+            # A printed traceback: indented frames, then the exception line, then maybe a chained one.
+            while j < n and lines[j].text.startswith(head) and lines[j].level is None:
+                rest = lines[j].text[len(head) :]
+                j += 1
+                if rest == "" or rest[:1] in (" ", "\t") or TRACEBACK_RE.match(rest) or CHAINED_RE.match(rest):
                     continue
-            break
+                nxt = [x.text[len(head) :] for x in lines[j : j + 2] if x.text.startswith(head)]
+                if nxt and (CHAINED_RE.match(nxt[0]) or (nxt[0] == "" and len(nxt) > 1 and CHAINED_RE.match(nxt[1]))):
+                    continue
+                break
         # Keep any single events already emitted for the introducing records out.
         del events[len(events) - (i - start) :]
         events.append(Event(lines[start:j]))
@@ -268,6 +272,12 @@ SHUTDOWN_TRIGGER_RE = re.compile(
     r"\[shutdown\] (?:API server: shutdown triggered|EngineCore: trigger received signal=SIG(?:TERM|INT))"
 )
 SHUTDOWN_CLIENT_STOPPED_RE = re.compile(r"\[shutdown\] MPClient: (?:engine manager stopped|cleaning up|complete)")
+# The records vLLM logs while rejecting a request (not "Engine Exception caught": that one is the engine).
+CLIENT_LEAD_RE = re.compile(
+    r"(?<!Engine )\b(?:Exception|RequestValidationError|HTTPException|ValidationError) caught\b"
+    r"|\bError (?:in|with|while) (?:preprocessing|validating|parsing|rendering|model)\b|\bbad request\b",
+    re.I,
+)
 CLIENT_ERRORINFO_RE = re.compile(r"\bError with model error=ErrorInfo\(.*\bcode=4\d\d\)")
 
 
@@ -297,6 +307,8 @@ def _client_error_answered_4xx(ev: Event, log: ParsedLog) -> bool:
     id: ...` and its traceback, an AssertionError from request validation included): the next HTTP
     access line of the same API server process answers 4xx."""
     if ev.first.proc is not None and not ev.first.proc.startswith("APIServer"):
+        return False
+    if not CLIENT_LEAD_RE.search(ev.first.msg):
         return False
     for ln in log.lines[ev.last.no : ev.last.no + 50]:
         if not _same_proc(ln, ev.first):
@@ -428,10 +440,8 @@ def _describe(ev: Event) -> str:
         ln = next(x for x in reversed(ev.lines) if EXCEPTION_LINE_RE.match(x.msg) and x.msg[:1] not in (" ", "\t"))
     else:
         ln = ev.hits[0][0]
-    span = f"lines {ev.first.no}-{ev.last.no}, " if len(ev.lines) > 1 else ""
-    return f"line {ln.no} [{', '.join(ev.families)}] ({span}{len(ev.lines)} line{'s' * (len(ev.lines) > 1)}): " + (
-        ln.text.strip()[:300]
-    )
+    span = f" (traceback block, lines {ev.first.no}-{ev.last.no})" if len(ev.lines) > 1 else ""
+    return f"line {ln.no} [{', '.join(ev.families)}]{span}: {ln.text.strip()[:300]}"
 
 
 def check_faults(log: str | ParsedLog, graphs_expected: bool = True) -> Finding:
@@ -498,15 +508,16 @@ def _attention_backend(log: ParsedLog, verify: Verify, production: bool) -> Find
 # Graph mode, per model the server runs (the target, and a speculative draft when there is one)
 # ---------------------------------------------------------------------------------------------------
 
-TARGET_RE = re.compile(r"Starting to load model (\S+?)\.{0,3}$|Initializing a V1 LLM engine .*? with config: model='([^']+)'")
+TARGET_RE = re.compile(
+    r"Starting to load model (\S+?)\.{0,3}$|Initializing a V1 LLM engine .*? with config: model='([^']+)'"
+)
 SPEC_CONFIG_RE = re.compile(r"speculative_config=SpeculativeConfig\((?P<body>[^)]*)\)")
 SPEC_ARGS_RE = re.compile(r"'speculative_config': \{(?P<body>[^}]*)\}")
 DRAFT_LOADING_RE = re.compile(r"Loading drafter model|\bdraft model loaded\b", re.I)
 # Model Runner V2 captures the speculator in its own step (v1/worker/gpu/spec_decode/*/speculator.py).
-DRAFT_CAPTURE_RE = re.compile(
-    r"Capturing model for [\w -]*speculator|Capturing (?:prefill|decode|[\w-]+ )?[\w -]*CUDA graphs(?<!Capturing CUDA graphs)"
-)
-DRAFT_EAGER_RE = re.compile(r"running the draft(?: model)? eager|'enforce_eager': True", re.I)
+DRAFT_CAPTURE_RE = re.compile(r"Capturing model for [\w -]*speculator|Capturing (?!CUDA graphs)[\w -]+CUDA graphs")
+DRAFT_EAGER_RE = re.compile(r"running the draft(?: model)? eager", re.I)
+DRAFT_CONFIG_EAGER_RE = re.compile(r"enforce_eager(?:': |=)True")
 # The V1 model runner (gpu_model_runner.py) captures the drafter inside the target's capture loop and
 # logs no line of its own; its `Graph capturing finished` covers both.
 V1_RUNNER_SRC_RE = re.compile(r"^gpu_model_runner\.py:")
@@ -520,7 +531,8 @@ class ModelGraphs:
     seen: str
 
 
-def _draft(log: ParsedLog) -> str | None:
+def _draft(log: ParsedLog) -> tuple[str, str] | None:
+    """The draft model the server runs (a label), and its speculative config as the log shows it."""
     for ln in log.lines:
         for rx in (SPEC_CONFIG_RE, SPEC_ARGS_RE):
             m = rx.search(ln.msg)
@@ -531,9 +543,9 @@ def _draft(log: ParsedLog) -> str | None:
                 name = (model.group(1) or model.group(2)) if model else None
                 kind = (method.group(1) or method.group(2)) if method else None
                 label = " ".join(x for x in (name, f"({kind})" if kind else None) if x)
-                return label or "draft"
+                return label or "draft", body
     if any(DRAFT_LOADING_RE.search(ln.msg) for ln in log.lines):
-        return "draft"
+        return "draft", ""
     return None
 
 
@@ -557,17 +569,26 @@ def graph_mode_per_model(log: str | ParsedLog) -> list[ModelGraphs]:
     else:
         seen = "capture started but never finished" if started else "no graph capture at all"
         out.append(ModelGraphs("target", target, False, f"expected 'Graph capturing finished'; saw {seen}"))
-    draft = _draft(parsed)
-    if draft is None:
+    found = _draft(parsed)
+    if found is None:
         return out
+    draft, spec = found
     draft_eager = next((ln for ln in lines if DRAFT_EAGER_RE.search(ln.msg)), None) or eager
     captured = next((ln for ln in lines if DRAFT_CAPTURE_RE.search(ln.text)), None)
-    if draft_eager:
-        out.append(ModelGraphs("draft", draft, False, f"eager (line {draft_eager.no}): {draft_eager.text.strip()[:200]}"))
+    if DRAFT_CONFIG_EAGER_RE.search(spec):
+        out.append(
+            ModelGraphs("draft", draft, False, f"eager: its speculative config sets enforce_eager ({spec[:160]})")
+        )
+    elif draft_eager:
+        out.append(
+            ModelGraphs("draft", draft, False, f"eager (line {draft_eager.no}): {draft_eager.text.strip()[:200]}")
+        )
     elif captured and done:
         out.append(ModelGraphs("draft", draft, True, f"line {captured.no}: {captured.msg.strip()[:120]}"))
     elif done and done.src and V1_RUNNER_SRC_RE.match(done.src):
-        out.append(ModelGraphs("draft", draft, True, f"captured with the target by the V1 model runner (line {done.no})"))
+        out.append(
+            ModelGraphs("draft", draft, True, f"captured with the target by the V1 model runner (line {done.no})")
+        )
     else:
         out.append(
             ModelGraphs(

@@ -106,14 +106,17 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         id="out-of-memory",
         what="out of memory from torch, CUDA, HIP or the CPU allocator",
-        source="torch.OutOfMemoryError and its `Tried to allocate` text; cudaErrorMemoryAllocation; hipErrorOutOfMemory",
+        source="torch.OutOfMemoryError and its `Tried to allocate` text; cudaErrorMemoryAllocation; "
+        "hipErrorOutOfMemory",
         patterns=(
             re.compile(r"\b(?:CUDA|HIP|XPU|GPU|CPU|device)\s+out of memory\b", IC),
             re.compile(r"\bOutOfMemoryError\b", IC),
             re.compile(r"\bTried to allocate [\d.]+ ?[KMGTP]i?B\b", IC),
             re.compile(r"can(?:no|')t allocate memory", IC),
             re.compile(r"\b(?:cudaErrorMemoryAllocation|hipErrorOutOfMemory|CUDA_ERROR_OUT_OF_MEMORY)\b", IC),
-            re.compile(r"\b(?:HSA_STATUS_ERROR_OUT_OF_RESOURCES|CUBLAS_STATUS_ALLOC_FAILED|HIPBLAS_STATUS_ALLOC_FAILED)\b", IC),
+            re.compile(
+                r"\b(?:HSA_STATUS_ERROR_OUT_OF_RESOURCES|CUBLAS_STATUS_ALLOC_FAILED|HIPBLAS_STATUS_ALLOC_FAILED)\b", IC
+            ),
             re.compile(r"\boom[-_ ]?kill", IC),
             re.compile(r"\bMemoryError\b"),
         ),
@@ -123,7 +126,9 @@ FAMILIES: tuple[Family, ...] = (
         what="a process killed by a fatal signal (segfault, abort, bus error, ...)",
         source="POSIX signals; Python faulthandler `Fatal Python error`; C++ `terminate called`",
         patterns=(
-            re.compile(r"\bSegmentation fault\b|\bBus error\b|\bIllegal instruction\b|\bFloating point exception\b", IC),
+            re.compile(
+                r"\bSegmentation fault\b|\bBus error\b|\bIllegal instruction\b|\bFloating point exception\b", IC
+            ),
             re.compile(r"\bcore dumped\b", IC),
             re.compile(r"Fatal Python error", IC),
             re.compile(r"terminate called (?:after throwing|without an active exception)", IC),
@@ -144,7 +149,9 @@ FAMILIES: tuple[Family, ...] = (
         source="vllm/utils/jit_monitor.py (`<compiler> [kernel ]JIT compilation during inference`); AITER "
         "aiter/jit/core.py build lines",
         patterns=(
-            re.compile(r"\b(?:JIT compil\w*|autotun\w*(?: benchmark\w*)?|compil\w*)\s+during inference\b", IC),
+            # "<compiler> [kernel ]JIT compilation during inference: <fn>" (not the monitor's own
+            # "monitored JIT compilations during inference will use mode=warn")
+            re.compile(r"\b(?:JIT compil\w*|autotun\w*(?: benchmark\w*)?|compil\w*)\s+during inference\s*:", IC),
             re.compile(r"\[aiter\].*\b(?:start(?:ing)? build|finish(?:ed)? build|build(?:ing)? \[?module)", IC),
             re.compile(r"Triton autotuning for function\b", IC),
         ),
