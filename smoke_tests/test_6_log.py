@@ -8,6 +8,7 @@ import pytest
 
 from vfleet.verify import logcheck
 from vfleet.verify.checks import LOG_CHECKS
+from vfleet.verify.logrules import FAMILY_IDS
 from vfleet.verify.target import Target
 
 
@@ -29,6 +30,11 @@ def test_log(target: Target, figures: dict[str, Any], log_text: str, check: str)
         figures["kv_tokens"] = logcheck.kv_tokens(log_text)
     if check == "attention_backend":
         figures["attention_backends"] = logcheck.attention_backends(log_text)
+    if check == "faults":
+        # what the deny-by-default fault check looked for, and what its allow-list excused
+        scan = logcheck.scan_faults(log_text, graphs_expected=target.profile.verify.graph_mode)
+        figures["log_families"] = list(FAMILY_IDS)
+        figures["log_allowed"] = [{"entry": a.id, "line": ev.first.no} for ev, a in scan.allowed]
     if f.skipped:
         pytest.skip(f.message)
     assert f.ok, f.message

@@ -13,6 +13,7 @@ import pytest
 
 from vfleet.profiles import Verify
 from vfleet.verify import logcheck
+from vfleet.verify.logrules import FAMILY_IDS
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,4 +149,17 @@ def test_suite_records_the_backend_of_a_production_profile_that_names_none(tmp_p
     proc = _suite_log_checks("glm-5.3-flash/h200", LOGS / "healthy.log", tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "5 passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-800:]
-    assert json.loads((tmp_path / "figures.json").read_text())["attention_backends"] == ["FLASH_ATTN"]
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert figures["attention_backends"] == ["FLASH_ATTN"]
+    # the report lists the fault families the deny-by-default check looked for (one table, logrules.py)
+    assert figures["log_families"] == list(FAMILY_IDS) and figures["log_allowed"] == []
+
+
+def test_suite_passes_the_real_cpu_container_log(tmp_path: Path) -> None:
+    """smoke_tests/test_6_log.py on the real vllm-cpu container log (4xx answers, docker stop): every log
+    check of tiny/cpu passes or is not applicable, and the allow-list entries used are recorded."""
+    proc = _suite_log_checks("tiny/cpu", LOGS / "cpu_healthy_with_sigterm.stdout_then_stderr.log", tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "3 passed" in proc.stdout and "2 skipped" in proc.stdout, proc.stdout[-800:]
+    allowed = json.loads((tmp_path / "figures.json").read_text())["log_allowed"]
+    assert sorted(a["entry"] for a in allowed) == ["client-error-errorinfo"] * 2 + ["orderly-shutdown-traceback"]

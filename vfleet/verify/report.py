@@ -162,6 +162,18 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
             f"{integ['hit_tokens_during_compare']:.0f} hit tokens while comparing; "
             f"{len(integ['mismatches'])} mismatches.",
         ]
+    families = f.get("log_families")
+    if families:
+        allowed = f.get("log_allowed") or []
+        lines += [
+            "",
+            "## Server log",
+            "",
+            f"Fault families checked (deny by default, vfleet/verify/logrules.py): {', '.join(families)}; "
+            f"excused by the allow-list: "
+            + (", ".join(f"{a['entry']} (line {a['line']})" for a in allowed) if allowed else "nothing")
+            + ".",
+        ]
     load = f.get("load") or []
     if load:
         lines += [
