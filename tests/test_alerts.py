@@ -1,0 +1,262 @@
+"""Alert rules and dashboard (monitoring/): promtool checks and unit-tests the rules, a broken threshold
+fails those unit tests, every metric name used is one a real vLLM serves, and the committed files are
+what `vfleet alerts` generates from vfleet/monitoring.py and the serve profiles."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import REPO, ConfigTree
+
+from vfleet import monitoring
+from vfleet.monitoring import DEFAULT_BOUNDS, Fleet
+
+MON = REPO / "monitoring"
+RULES = MON / monitoring.RULES_FILE
+TESTS = MON / monitoring.TESTS_FILE
+DASHBOARD = MON / monitoring.DASHBOARD_FILE
+RECORDED = monitoring.recorded_metrics_path(REPO)
+# The same server's other snapshot, where this checkout has the shared fixtures beside it.
+SHARED = Path("/work/shared/fixtures/h200-vllm-0.26.0")
+# Prometheus' own series that the rules and the dashboard may use besides vLLM's.
+PROMETHEUS_SERIES = {"up"}
+
+
+def _rules() -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = yaml.safe_load(RULES.read_text())["groups"][0]["rules"]
+    return rules
+
+
+def _recorded_names() -> set[str]:
+    names = {s.name for s in monitoring.load_recorded(RECORDED).samples}
+    for extra in sorted(SHARED.glob("metrics-*.txt")) if SHARED.is_dir() else []:
+        other = {s.name for s in monitoring.load_recorded(extra).samples}
+        assert {n for n in names if n.startswith("vllm:")} == {n for n in other if n.startswith("vllm:")}, extra
+    return names
+
+
+def _series_names(expr: str) -> set[str]:
+    """Every series a PromQL expression selects (a name before `{`), and every vllm: token in it."""
+    return set(re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{", expr)) | set(re.findall(r"vllm:[a-zA-Z0-9_:]*", expr))
+
+
+def _unknown(exprs: list[str], recorded: set[str]) -> set[str]:
+    return {n for e in exprs for n in _series_names(e)} - recorded - PROMETHEUS_SERIES
+
+
+def _dashboard_exprs() -> list[str]:
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    exprs += [v["definition"] for v in dash["templating"]["list"] if v.get("type") == "query"]
+    return exprs
+
+
+def _promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    try:
+        return monitoring.promtool(*args, cwd=cwd)
+    except monitoring.PromtoolError as exc:
+        pytest.fail(str(exc))
+
+
+# -- promtool ------------------------------------------------------------------------------------
+
+
+def test_promtool_check_rules() -> None:
+    proc = _promtool("check", "rules", RULES.name, cwd=MON)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"SUCCESS: {len(_rules())} rules found" in proc.stdout, proc.stdout
+
+
+def test_promtool_check_rules_rejects_a_broken_rule(tmp_path: Path) -> None:
+    """The check above can fail: a rule whose expression does not parse is refused."""
+    doc = yaml.safe_load(RULES.read_text())
+    doc["groups"][0]["rules"][1]["expr"] = doc["groups"][0]["rules"][1]["expr"].replace(")", "", 1)
+    (tmp_path / RULES.name).write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = _promtool("check", "rules", RULES.name, cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "parse error" in proc.stdout + proc.stderr
+
+
+def test_promtool_test_rules() -> None:
+    proc = _promtool("test", "rules", TESTS.name, cwd=MON)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+
+
+def test_every_alert_has_a_firing_and_a_silent_test() -> None:
+    tests = yaml.safe_load(TESTS.read_text())["tests"]
+    fires: set[str] = set()
+    silent: set[str] = set()
+    for group in tests:
+        for case in group["alert_rule_test"]:
+            (fires if case["exp_alerts"] else silent).add(case["alertname"])
+    names = {r["alert"] for r in _rules()}
+    assert fires == names and silent == names
+
+
+def test_test_series_are_shaped_like_the_recorded_metrics() -> None:
+    """Labels and histogram buckets of the test series are the recorded server's."""
+    recorded = monitoring.load_recorded(RECORDED)
+    rec_labels = set(recorded.labels())  # engine, model_name
+    tests = yaml.safe_load(TESTS.read_text())["tests"]
+    seen: dict[str, set[str]] = {}
+    for group in tests:
+        for s in group["input_series"]:
+            name, labels = s["series"].split("{", 1)
+            keys = set(re.findall(r'(\w+)="', labels))
+            if name.startswith("vllm:"):
+                assert rec_labels <= keys, s["series"]
+            le = re.search(r'le="([^"]+)"', labels)
+            if le:
+                seen.setdefault(name, set()).add(le.group(1))
+    assert seen, "no histogram series in the tests"
+    for name, les in seen.items():
+        assert les == {le for le, _ in recorded.buckets(name.removesuffix("_bucket"))}, name
+
+
+# Thresholds moved so that a fault no longer fires (lax) or a healthy server fires (strict). Only the
+# rule's expression and `for` change; the promtool tests must then fail for that alert and no other.
+BROKEN: list[tuple[str, str, dict[str, Any]]] = [
+    ("VllmEngineDown", "lax", {"engine_down_for": "1h"}),
+    ("VllmKvCacheNearlyFull", "lax", {"kv_usage_max": 0.99}),
+    ("VllmKvCacheNearlyFull", "strict", {"kv_usage_max": 0.2}),
+    ("VllmQueueGrowing", "lax", {"queue_min_waiting": 1000}),
+    ("VllmTtftHigh", "lax", {"ttft_max_s": 40.0}),
+    ("VllmTtftHigh", "strict", {"ttft_max_s": 0.01}),
+    ("VllmTpotHigh", "lax", {"tpot_max_s": 1.0}),
+    ("VllmTpotHigh", "strict", {"tpot_max_s": 0.001}),
+    ("VllmRequestErrors", "lax", {"error_ratio_max": 0.5}),
+    ("VllmRequestErrors", "strict", {"error_ratio_max": -1.0}),
+    ("VllmRequestAborts", "lax", {"abort_ratio_max": 0.9}),
+    ("VllmRequestAborts", "strict", {"abort_ratio_max": -1.0}),
+    ("VllmPrefixCacheHitRateFalling", "lax", {"prefix_fall_to": 0.0}),
+    ("VllmPrefixCacheHitRateFalling", "strict", {"prefix_fall_to": 1.5}),
+]
+
+
+def test_every_alert_has_a_broken_threshold_case() -> None:
+    assert {a for a, _, _ in BROKEN} == {r["alert"] for r in _rules()}
+
+
+@pytest.mark.parametrize(("alert", "how", "change"), BROKEN, ids=[f"{a}-{h}" for a, h, _ in BROKEN])
+def test_a_broken_threshold_fails_the_rule_tests(tmp_path: Path, alert: str, how: str, change: dict[str, Any]) -> None:
+    broken = {a.name: a for a in monitoring.alerts(Fleet.from_profiles(), replace(DEFAULT_BOUNDS, **change))}[alert]
+    doc = yaml.safe_load(RULES.read_text())
+    rule = next(r for r in doc["groups"][0]["rules"] if r["alert"] == alert)
+    assert (rule["expr"], rule["for"]) != (broken.expr, broken.duration)
+    rule["expr"], rule["for"] = broken.expr, broken.duration
+    (tmp_path / RULES.name).write_text(yaml.safe_dump(doc, sort_keys=False))
+    shutil.copy(TESTS, tmp_path / TESTS.name)
+    proc = _promtool("test", "rules", TESTS.name, cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    failed = set(re.findall(r"alertname: (\w+),", out))
+    assert failed == {alert}, out
+    if how == "lax":
+        assert "got:[]" in out, out  # the fault series no longer fires it
+    else:
+        assert "exp:[]" in out, out  # the healthy series now fires it
+
+
+# -- metric names --------------------------------------------------------------------------------
+
+
+def test_rules_use_only_recorded_metric_names() -> None:
+    exprs = [r["expr"] for r in _rules()]
+    assert not _unknown(exprs, _recorded_names())
+    used = {n for e in exprs for n in _series_names(e)}
+    assert {"up", "vllm:kv_cache_usage_perc", "vllm:request_success_total"} <= used
+
+
+def test_dashboard_uses_only_recorded_metric_names() -> None:
+    exprs = _dashboard_exprs()
+    recorded = _recorded_names()
+    assert len(exprs) >= 12
+    assert not _unknown(exprs, recorded)
+    # The check can fail: a name vLLM 0.26.0 does not serve (older vLLM's TPOT histogram) is caught.
+    wrong = 'histogram_quantile(0.9, rate(vllm:time_per_output_token_seconds_bucket{job="vllm"}[5m]))'
+    assert _unknown([wrong], recorded) == {"vllm:time_per_output_token_seconds_bucket"}
+
+
+def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
+    """promtool parses every dashboard query (as a recording rule, Grafana's variables filled in)."""
+    filled = [
+        e.replace("$__rate_interval", "5m").replace("$instance", ".*").replace("$model_name", ".*")
+        for e in _dashboard_exprs()
+        if not e.startswith("label_values(")
+    ]
+    rules = [{"record": f"dashboard:query_{i}", "expr": e} for i, e in enumerate(filled)]
+    (tmp_path / "dash.yml").write_text(yaml.safe_dump({"groups": [{"name": "dash", "rules": rules}]}))
+    proc = _promtool("check", "rules", "dash.yml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_dashboard_and_rules_share_thresholds() -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    lines = {
+        p["title"]: p["fieldConfig"]["defaults"]["thresholds"]["steps"][-1]["value"]
+        for p in dash["panels"]
+        if len(p["fieldConfig"]["defaults"]["thresholds"]["steps"]) > 1
+    }
+    exprs = {r["alert"]: r["expr"] for r in _rules()}
+    for alert in ("VllmKvCacheNearlyFull", "VllmTtftHigh", "VllmTpotHigh"):
+        title = next(t for t in lines if f"({alert})" in t)
+        assert exprs[alert].rstrip().endswith(f"> {lines[title]:g}"), (alert, lines[title])
+
+
+# -- generated from one source -------------------------------------------------------------------
+
+
+def test_committed_files_are_generated() -> None:
+    files = monitoring.generate(Fleet.from_profiles(), monitoring.load_recorded(RECORDED))
+    for name, text in files.items():
+        assert (MON / name).read_text() == text, f"monitoring/{name} is out of date: run `vfleet alerts`"
+
+
+def test_prefix_cache_alert_follows_the_profiles(config_tree: ConfigTree) -> None:
+    """Turning prefix caching off in a profile takes its model out of the prefix-cache alert, so the
+    committed rules are then out of date (`vfleet alerts --check` fails)."""
+    assert Fleet.from_profiles().prefix_cached == ["glm-5.3-flash", "tiny"]
+    rules = RULES.read_text()
+    assert 'model_name=~"glm-5\\\\.3-flash|tiny"' in rules
+
+    def off(d: dict[str, Any]) -> None:
+        d["verify"]["prefix_cache"] = False
+
+    config_tree.edit("models/glm-5.3-flash/model.yaml", off)
+    fleet = Fleet.from_profiles()
+    assert fleet.prefix_cached == ["tiny"]
+    assert monitoring.render_rules(fleet) != rules
+    proc = subprocess.run(
+        [sys.executable, "-m", "vfleet", "alerts", "--check"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 1 and "out of date" in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_cli_check_passes_on_the_committed_files() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "vfleet", "alerts", "--check"], capture_output=True, text=True, cwd=REPO, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_latency_bounds_sit_on_bucket_edges() -> None:
+    recorded = monitoring.load_recorded(RECORDED)
+    for hist, bound in ((monitoring.TTFT, DEFAULT_BOUNDS.ttft_max_s), (monitoring.TPOT, DEFAULT_BOUNDS.tpot_max_s)):
+        assert bound in [float(le) for le, _ in recorded.buckets(hist)], (hist, bound)
+
+
+def test_missing_promtool_without_root_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(monitoring.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(monitoring.os, "geteuid", lambda: 1000)
+    with pytest.raises(monitoring.PromtoolError, match="apt-get install -y prometheus"):
+        monitoring.ensure_promtool()
