@@ -342,11 +342,15 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     life.load.stop()
     traffic = life.load.summary()
     FIGURES["requests"] = traffic
-    inject = threading.Thread(target=_inject_fault_during_verify, args=(life, n3), daemon=True)
+    injected: dict[str, Any] = {}
+    inject = threading.Thread(target=_inject_fault_during_verify, args=(life, n3, injected), daemon=True)
     inject.start()
     proc = life.fleet_cmd("verify_catches_fault_in_traffic", "verify", "--limit", n3)
+    verify_done = time.monotonic()
     inject.join(timeout=600)
     assert isinstance(proc, subprocess.CompletedProcess)
+    assert "at" in injected, f"the fault line was never injected: {injected}"
+    assert injected["at"] < verify_done, "the fault line was injected after boot-verify had finished"
     assert proc.returncode != 0, "boot-verify missed a fault printed during its own traffic"
     assert "an illegal memory access was encountered" in proc.stdout, proc.stdout[-3000:]
 
@@ -358,9 +362,13 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     assert set(traffic["by_backend"]) == set(life.names), traffic["by_backend"]
 
 
-def _inject_fault_during_verify(life: Lifecycle, node: str) -> None:
-    """Wait until boot-verify's load reaches NODE (its request counter jumps), then print a CUDA
-    fault line on the serving container's stdout, which is what `docker logs` shows."""
+def _inject_fault_during_verify(life: Lifecycle, node: str, injected: dict[str, Any]) -> None:
+    """Wait until boot-verify's first requests reach NODE (the background load is stopped, so its
+    request counter moves only for the suite), then print a CUDA fault line on the serving
+    container's stdout, which is what `docker logs` shows. The suite's load and the rest of its
+    checks still run after this, and the log check runs last, so a suite that read the log before
+    its traffic would miss the line. (Waiting for the load itself raced the log read: the load is
+    short on the CPU profile.)"""
     url = f"http://{life.fleet.node(node).ip}:8000/metrics"
 
     def requests_seen() -> float:
@@ -372,7 +380,10 @@ def _inject_fault_during_verify(life: Lifecycle, node: str) -> None:
 
     start = requests_seen()
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and requests_seen() < start + 20:
+    while requests_seen() < start + 2:
+        if time.monotonic() > deadline:
+            injected["error"] = "boot-verify's requests never reached the node"
+            return
         time.sleep(0.3)
     life.fleet.node_docker(
         node,
@@ -382,3 +393,4 @@ def _inject_fault_during_verify(life: Lifecycle, node: str) -> None:
         "-c",
         "echo 'ERROR 12-01 10:00:00 [core.py:1] CUDA error: an illegal memory access was encountered' > /proc/1/fd/1",
     )
+    injected["at"] = time.monotonic()
