@@ -5,6 +5,12 @@ wrapped as a `PreTrainedTokenizerFast` with a chat template, and a `LlamaForCaus
 with random weights: hidden 64, 2 layers, 2 heads (vLLM's CPU attention needs head size >= 32).
 Everything is seeded, so two builds give the same weights and tokenizer.
 
+Two variants share the tokenizer and the weights: `random` (the default) sits on a knife edge, its
+top two next tokens often a few hundredths of a nat apart; `confident` multiplies the final norm's
+weight by CONFIDENT_SCALE, which scales every logit, so its greedy text is stable (top-2 gap on 30
+random prompts: min 0.5, median 6 nats, against 0.03 and 0.4 for `random`). The integrity probe's
+corruption test (tests/test_kv_corruption.py) runs on both.
+
 The build writes into a temporary directory next to the target and renames it into place, so an
 interrupted build leaves nothing half-built; a finished build is recognised by its stamp file.
 """
@@ -27,6 +33,8 @@ LAYERS = 2
 HEADS = 2
 MAX_POSITIONS = 4096
 STAMP = "vfleet-tiny.json"
+VARIANTS = ("random", "confident")
+CONFIDENT_SCALE = 16.0
 SPECIAL = ["<s>", "</s>", "<pad>", "<|user|>", "<|assistant|>", "<|system|>"]
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}"
@@ -35,8 +43,8 @@ CHAT_TEMPLATE = (
 )
 
 
-def default_dir() -> Path:
-    return PACKAGE_DIR.parent / ".cache" / "models" / "tiny"
+def default_dir(variant: str = "random") -> Path:
+    return PACKAGE_DIR.parent / ".cache" / "models" / ("tiny" if variant == "random" else f"tiny-{variant}")
 
 
 WORDS = tuple(
@@ -67,7 +75,7 @@ def _corpus() -> Iterator[str]:
     yield "What is 17 times 23? Only the number. 391. The capital of France is Paris."
 
 
-def is_built(out: Path) -> bool:
+def is_built(out: Path, variant: str = "random") -> bool:
     stamp = out / STAMP
     if not stamp.is_file():
         return False
@@ -75,13 +83,18 @@ def is_built(out: Path) -> bool:
         data = json.loads(stamp.read_text())
     except ValueError:
         return False
-    return bool(data.get("seed") == SEED and (out / "config.json").is_file())
+    return bool(
+        data.get("seed") == SEED and data.get("variant", "random") == variant and (out / "config.json").is_file()
+    )
 
 
-def build(out: Path | None = None, force: bool = False) -> Path:
-    """Build the tiny model into ``out`` (default .cache/models/tiny); idempotent. Returns the path."""
-    out = (out or default_dir()).resolve()
-    if is_built(out) and not force:
+def build(out: Path | None = None, force: bool = False, variant: str = "random") -> Path:
+    """Build the tiny model into ``out`` (default .cache/models/tiny, or tiny-VARIANT); idempotent.
+    Returns the path."""
+    if variant not in VARIANTS:
+        raise VfleetError(f"tiny model variant {variant!r}: choose one of {', '.join(VARIANTS)}")
+    out = (out or default_dir(variant)).resolve()
+    if is_built(out, variant) and not force:
         return out
     if out.exists() and not out.is_dir():
         raise VfleetError(f"{out} exists and is not a directory; remove it or pass another --out")
@@ -137,9 +150,16 @@ def build(out: Path | None = None, force: bool = False) -> Path:
             for p in model.parameters():
                 if p.dim() > 1:
                     p.normal_(0.0, 0.2)
+            if variant == "confident":
+                model.model.norm.weight.mul_(CONFIDENT_SCALE)
         model = model.to(torch.bfloat16)
         model.save_pretrained(tmp, safe_serialization=True)
-        (tmp / STAMP).write_text(json.dumps({"seed": SEED, "hidden": HIDDEN, "layers": LAYERS, "heads": HEADS}))
+        (tmp / STAMP).write_text(
+            json.dumps(
+                {"seed": SEED, "hidden": HIDDEN, "layers": LAYERS, "heads": HEADS}
+                | ({"variant": variant} if variant != "random" else {})
+            )
+        )
         if out.exists():
             shutil.rmtree(out)
         tmp.chmod(0o755)

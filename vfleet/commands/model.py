@@ -1,4 +1,6 @@
-"""`vfleet model build [--out DIR]`: build the tiny random-weight model used by the demo and the tests."""
+"""`vfleet model build [--out DIR] [--variant random|confident]`: build the tiny random-weight model used
+by the demo and the tests (`confident`: the same weights with every logit scaled, for the integrity
+probe's corruption test)."""
 
 from __future__ import annotations
 
@@ -14,17 +16,23 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     b = msub.add_parser("build", help="build the tiny model (idempotent; prints where)")
     b.add_argument("--out", type=Path, default=None, help="output directory (default .cache/models/tiny)")
     b.add_argument("--force", action="store_true", help="rebuild even if a finished build is there")
+    b.add_argument(
+        "--variant",
+        choices=("random", "confident"),
+        default="random",
+        help="random (default; greedy answers on a knife edge) or confident (wide top-token margins)",
+    )
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     from vfleet import tinymodel
 
-    out = (args.out or tinymodel.default_dir()).resolve()
-    if tinymodel.is_built(out) and not args.force:
+    out = (args.out or tinymodel.default_dir(args.variant)).resolve()
+    if tinymodel.is_built(out, args.variant) and not args.force:
         print(f"tiny model already built: {out}")
         return 0
     t0 = time.monotonic()
-    path = tinymodel.build(out, force=args.force)
+    path = tinymodel.build(out, force=args.force, variant=args.variant)
     print(f"tiny model built in {time.monotonic() - t0:.1f} s: {path}")
     return 0
