@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
@@ -104,7 +105,13 @@ class Client:
 
 @dataclass
 class StreamResult:
+    """One streamed completion as a user sees it. ``ok`` only when the stream ran to its end: HTTP 200,
+    no error event, a chunk with a ``finish_reason``, the usage chunk and ``data: [DONE]``. The
+    timings are those of vLLM's benchmark (vllm/benchmarks/lib/endpoint_request_func.py): TTFT at the
+    first chunk with choices, latency at the last chunk with choices."""
+
     ok: bool
+    name: str = ""
     error: str = ""
     text: str = ""
     output_tokens: int = 0
@@ -112,16 +119,27 @@ class StreamResult:
     latency_s: float = 0.0
     finish_reason: str | None = None
     token_times: list[float] = field(default_factory=list)
+    chunks: int = 0
+    done: bool = False
+    usage: bool = False
+    end_s: float = 0.0
 
     @property
     def tpot_s(self) -> float | None:
+        """vLLM's benchmark TPOT of this request: (latency - TTFT) / (output tokens - 1)."""
         if self.ttft_s is None or self.output_tokens < 2:
             return None
         return (self.latency_s - self.ttft_s) / (self.output_tokens - 1)
 
 
-def stream_completion(client: Client, prompt: str, max_tokens: int, timeout_s: float = 300.0) -> StreamResult:
-    """A streamed greedy completion with a fixed output length (ignore_eos), timed per chunk."""
+def stream_completion(
+    client: Client, prompt: str, max_tokens: int, timeout_s: float = 300.0, name: str = ""
+) -> StreamResult:
+    """A streamed greedy completion with a fixed output length (ignore_eos), timed per chunk.
+
+    A stream that breaks off (no ``[DONE]``, no ``finish_reason``, no usage chunk), an error event in
+    the stream (vLLM sends ``data: {"error": ...}`` when a request fails after its 200 headers), a
+    non-200 answer or a broken connection leaves ``ok`` False with ``error`` saying which."""
     payload = {
         "model": client.model,
         "prompt": prompt,
@@ -133,7 +151,7 @@ def stream_completion(client: Client, prompt: str, max_tokens: int, timeout_s: f
     }
     url = client.base_url.rstrip("/") + "/v1/completions"
     req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers=client._headers())
-    res = StreamResult(ok=False)
+    res = StreamResult(ok=False, name=name)
     t0 = time.perf_counter()
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
@@ -143,24 +161,47 @@ def stream_completion(client: Client, prompt: str, max_tokens: int, timeout_s: f
                     continue
                 data = line[5:].strip()
                 if data == "[DONE]":
+                    res.done = True
                     break
                 chunk = json.loads(data)
+                if not isinstance(chunk, dict):
+                    raise ValueError(f"stream chunk is not a JSON object: {data[:200]}")
+                if chunk.get("error"):
+                    err = chunk["error"]
+                    detail = err.get("message") if isinstance(err, dict) else err
+                    code = err.get("code") if isinstance(err, dict) else None
+                    res.error = f"error event in the stream after {res.chunks} chunks: {code or ''} {detail}".strip()
+                    break
                 if chunk.get("usage"):
+                    res.usage = True
                     res.output_tokens = int(chunk["usage"].get("completion_tokens") or 0)
-                for choice in chunk.get("choices") or []:
+                choices = chunk.get("choices") or []
+                if choices:
                     # vLLM sends a chunk per step with new tokens, even when their text is still empty
                     # (a byte-level tokenizer holds back incomplete UTF-8), so time every chunk.
                     now = time.perf_counter() - t0
                     if res.ttft_s is None:
                         res.ttft_s = now
+                    res.latency_s = now
                     res.token_times.append(now)
+                    res.chunks += 1
+                for choice in choices:
                     res.text += choice.get("text") or ""
                     if choice.get("finish_reason"):
                         res.finish_reason = choice["finish_reason"]
-        res.ok = True
     except urllib.error.HTTPError as exc:
         res.error = f"HTTP {exc.code}: {exc.read().decode(errors='replace')[:200]}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        res.error = f"{type(exc).__name__}: {exc}"
-    res.latency_s = time.perf_counter() - t0
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+        res.error = f"{type(exc).__name__} after {res.chunks} chunks: {exc}"
+    res.end_s = time.perf_counter() - t0
+    if not res.error:
+        missing = [
+            what
+            for what, seen in (("a finish_reason", res.finish_reason), ("the usage chunk", res.usage),
+                               ("data: [DONE]", res.done))
+            if not seen
+        ]  # fmt: skip
+        if missing:
+            res.error = f"the stream ended after {res.chunks} chunks without {', '.join(missing)}"
+    res.ok = not res.error
     return res
