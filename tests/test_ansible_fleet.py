@@ -76,6 +76,9 @@ class Ctx:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
         FIGURES["wall_s"][scenario] = round(time.monotonic() - t0, 1)
         proc.stdout += proc.stderr
+        logs = cache_dir() / "scenario-logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / f"{scenario}.log").write_text(proc.stdout)
         return proc
 
     def playbook(
@@ -331,6 +334,53 @@ def test_failure_in_second_batch_stops_the_rollout(ctx: Ctx) -> None:
     # Put n1 and n2 back on good-1 for the scenarios that follow.
     proc = ctx.cli("rollback_two_nodes", "rollback", "--limit", f"{n1},{n2}")
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+@pytest.mark.injected_fault
+def test_failed_node_cap_stops_the_run_and_a_rerun_resumes_it(ctx: Ctx) -> None:
+    """Canary n1, then batches of two (n2+n3, then n4) with max_fail_percentage 50, so one failed node
+    does not stop its batch, and at most 0 failed nodes in the run: n2 fails boot-verify (injected),
+    n3 moves, and batch 2 (n4) never starts, where the percentage alone would have gone on. (Ansible
+    stops a play whose whole batch failed whatever the percentage, so batches of one always stop at
+    the first failure.) The same rollout run again without the fault resumes: n1 and n3 are skipped,
+    n2 and n4 move."""
+    n1, n2, n3, n4 = ctx.names
+    before = ctx.snapshot()
+    fault = {"vfleet_node_verify_argv": [sys.executable, "-c", "raise SystemExit('injected boot-verify failure')"]}
+    testfleet.write_inventory(ctx.fleet, extra_vars=STANDIN_VARS, host_vars={n2: fault})
+    try:
+        proc = ctx.cli(
+            "failed_cap",
+            "rollout",
+            "--image",
+            ctx.refs["good-2"],
+            "--max-failed-nodes",
+            "0",
+            vfleet_batch_size=2,
+            vfleet_max_fail_percentage=50,
+        )
+    finally:
+        testfleet.write_inventory(ctx.fleet, extra_vars=STANDIN_VARS)
+    out = flat(proc.stdout)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert "at most 0 failed node(s) in the run" in out, proc.stdout[-3000:]
+    assert f"1 node(s) of this run have failed ({n2}), more than vfleet_max_failed_nodes 0" in out, out[-3000:]
+    assert f"this batch, {n4}, is untouched" in out, out[-3000:]
+    ctx.assert_on(n1, "good-2")
+    ctx.assert_on(n2, "good-1")
+    ctx.assert_on(n3, "good-2")
+    assert ctx.snapshot()[n4] == before[n4], "a batch started after the cap of failed nodes was passed"
+
+    proc = ctx.cli("failed_cap_resume", "rollout", "--image", ctx.refs["good-2"], vfleet_batch_size=2)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert flat(proc.stdout).count("is healthy; nothing to do") == 2, proc.stdout[-3000:]
+    for n in ctx.names:
+        ctx.assert_on(n, "good-2")
+    # Back to good-1 for the scenarios that follow.
+    proc = ctx.cli("failed_cap_back", "rollback", vfleet_batch_size=2)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for n in ctx.names:
+        ctx.assert_on(n, "good-1")
 
 
 @pytest.mark.injected_fault

@@ -50,6 +50,11 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
             q.add_argument("--batch-size", help="nodes per batch after the canary (number or percent)")
             q.add_argument("--max-fail-percentage", type=int, help="failed nodes per batch that stop the rollout")
             q.add_argument(
+                "--max-failed-nodes",
+                type=int,
+                help="failed nodes over the whole run after which no further batch starts (default -1: no cap)",
+            )
+            q.add_argument(
                 "--break-lock",
                 action="store_true",
                 help="take the fleet lock over from another run (its holder is printed); only when that run is gone",
@@ -115,6 +120,8 @@ def _playbook(args: argparse.Namespace) -> int:
         extra["vfleet_batch_size"] = args.batch_size
     if getattr(args, "max_fail_percentage", None) is not None:
         extra["vfleet_max_fail_percentage"] = args.max_fail_percentage
+    if getattr(args, "max_failed_nodes", None) is not None:
+        extra["vfleet_max_failed_nodes"] = args.max_failed_nodes
     if getattr(args, "break_lock", False):
         extra["vfleet_lock_break"] = True
     if args.targets:
