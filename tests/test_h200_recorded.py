@@ -1,11 +1,10 @@
 """The recorded H200 boot-verify run (tests/fixtures/h200-verify, made with benchmarks/h200_verify.sh
 on one H200 with vLLM 0.26.0) keeps its verdicts under today's code: the log checks pass the real
 CUDA-graph boot of the 1B model under its profile and fail the `--enforce-eager` boot on graph mode
-alone, and the recorded reports say what the docs quote."""
+alone."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -34,10 +33,3 @@ def test_eager_boot_fails_graph_mode_only(profile: Profile, run: str) -> None:
     failed = {f.check: f.message for f in logcheck.all_checks(text, profile.verify) if f.ok is False}
     assert set(failed) == {"graph_mode"}, failed
     assert "eager mode" in failed["graph_mode"] and "Enforce eager set" in failed["graph_mode"], failed
-
-
-def test_recorded_verdicts() -> None:
-    graph = json.loads((H200 / "run2" / "verify-graph" / "report.json").read_text())
-    eager = json.loads((H200 / "run2" / "verify-eager" / "report.json").read_text())
-    assert graph["passed"] is True
-    assert eager["passed"] is False
