@@ -4,7 +4,7 @@ VENV ?= .venv
 V := $(VENV)/bin
 STAMP := $(VENV)/.vfleet-bootstrap
 
-.PHONY: help venv test lint check profiles patches demo boot-verify image lb rollout rollback fleet-verify fleet-status fleet-up fleet-stage stage fleet-down
+.PHONY: help venv test lint check profiles patches demo boot-verify ab image lb rollout rollback fleet-verify fleet-status fleet-up fleet-stage stage fleet-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -34,6 +34,9 @@ demo: $(STAMP) ## build the tiny model, start a local vLLM CPU server, boot-veri
 
 boot-verify: $(STAMP) ## verify a live server: URL=http://node:8000 PROFILE=model/platform [LOG=file|CONTAINER=name] [IMAGE=ref] [ENV_FILE=/etc/vfleet/secrets.env] (API key: VLLM_API_KEY or ENV_FILE)
 	$(V)/vfleet verify $(if $(URL),--url $(URL)) $(if $(PROFILE),--profile $(PROFILE)) $(if $(LOG),--log $(LOG)) $(if $(CONTAINER),--container $(CONTAINER)) $(if $(IMAGE),--image $(IMAGE)) $(if $(ENV_FILE),--env-file $(ENV_FILE)) $(if $(OUT),--out $(OUT))
+
+ab: $(STAMP) ## A/B two live servers: A=http://node1:8000 B=http://node2:8000 [PROFILE=model/platform] [LEVELS=1,8] [ROUNDS=20] [AA=1] [ENV_FILE] [OUT]
+	$(V)/vfleet ab --a $(A) $(if $(B),--b $(B)) $(if $(AA),--aa) $(if $(PROFILE),--profile $(PROFILE)) $(if $(LEVELS),--levels $(LEVELS)) $(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(ENV_FILE),--env-file $(ENV_FILE)) $(if $(OUT),--out $(OUT))
 
 image: $(STAMP) ## build an image: FAMILY=cpu|cuda|rocm [STANDIN=1 for the local GPU stand-in base]
 	$(V)/vfleet image build --family $(or $(FAMILY),cpu) $(if $(STANDIN),--standin)

@@ -54,18 +54,27 @@ def build(
     }
 
 
-def _plots(report: dict[str, Any], out: Path) -> list[str]:
-    load = report["figures"].get("load") or []
-    if not load:
-        return []
+def pyplot(report: dict[str, Any]) -> Any | None:
+    """matplotlib.pyplot on the Agg backend, or None with ``report["plots_missing"]`` saying why."""
     try:
         import matplotlib
     except ImportError:
         report["plots_missing"] = "matplotlib is not installed: pip install 'vfleet[report]'"
-        return []
+        return None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _plots(report: dict[str, Any], out: Path) -> list[str]:
+    load = report["figures"].get("load") or []
+    if not load:
+        return []
+    plt = pyplot(report)
+    if plt is None:
+        return []
 
     rows = sorted(load, key=lambda r: r["concurrency"])
     conc = [r["concurrency"] for r in rows]

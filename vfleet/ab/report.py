@@ -1,0 +1,151 @@
+"""The A/B report: ab.json (machines), ab.md with a PNG plot of the per-round ratios and the interval
+(people). Named ab.* so that `vfleet promote`'s search for boot-verify report.json files never reads it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from vfleet.ab.run import AbRun
+from vfleet.ab.stats import METRICS
+from vfleet.verify.report import _fmt, pyplot
+
+SCHEMA = 1
+JSON_NAME = "ab.json"
+MD_NAME = "ab.md"
+PLOT_NAME = "ab_ratios.png"
+
+
+def build(run: AbRun, meta: dict[str, Any]) -> dict[str, Any]:
+    comps = [c.as_dict() for c in run.comparisons]
+    verdicts = {f"{c['metric']}@C{c['level']}": c["verdict"] for c in comps}
+    return {
+        "schema": SCHEMA,
+        "kind": "vfleet-ab",
+        "mode": "A/A" if run.aa else "A/B",
+        "status": "broken" if run.broken else "complete",
+        "broken": run.broken,
+        **meta,
+        "arms": {name: arm.as_dict() for name, arm in run.arms.items()},
+        "settings": run.settings.model_dump(),
+        "order": "rounds alternate A B, B A, ...: round k runs A first when k is even, B first when k is odd",
+        "wall_s": round(run.wall_s, 2),
+        "verdicts": verdicts,
+        "false_verdicts": [f"{c.metric}@C{c.level}" for c in run.false_verdicts] if run.aa else None,
+        "comparisons": comps,
+        "measurements": [vars(m) for m in run.measurements],
+        "warmup": [vars(m) for m in run.warmup],
+    }
+
+
+def _plot(report: dict[str, Any], out: Path) -> list[str]:
+    comps = report["comparisons"]
+    if not comps:
+        return []
+    plt = pyplot(report)
+    if plt is None:
+        return []
+    levels = sorted({c["level"] for c in comps})
+    keys = [m.key for m in METRICS]
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.8), squeeze=False)
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
+    for ax, key in zip(axes[0], keys, strict=True):
+        rows = [c for c in comps if c["metric"] == key]
+        for i, c in enumerate(sorted(rows, key=lambda c: c["level"])):
+            x0 = levels.index(c["level"])
+            n = len(c["ratios"])
+            xs = [x0 - 0.25 + 0.5 * (j / max(1, n - 1)) for j in range(n)]
+            color = colors[i % len(colors)]
+            ax.scatter(xs, c["ratios"], s=14, color=color, alpha=0.7, label=f"C{c['level']} rounds")
+            if c["low"] is not None and c["ratio"] is not None:
+                ax.errorbar(
+                    [x0], [c["ratio"]], yerr=[[c["ratio"] - c["low"]], [c["high"] - c["ratio"]]],
+                    fmt="D", color="black", capsize=6, markersize=5,
+                )  # fmt: skip
+                ax.annotate(c["verdict"], (x0, c["high"]), textcoords="offset points", xytext=(0, 6),
+                            ha="center", fontsize=8)  # fmt: skip
+        eff = rows[0]["min_effect"] if rows else 0.05
+        ax.axhline(1.0, color="grey", lw=1)
+        for y in (1 - eff, 1 + eff):
+            ax.axhline(y, color="grey", lw=0.8, ls="--")
+        ax.set_xticks(range(len(levels)), [f"C{lv}" for lv in levels])
+        ax.set_xlim(-0.6, len(levels) - 0.4)
+        ax.set_title(f"{rows[0]['label'] if rows else key} ({rows[0]['direction'] if rows else ''})", fontsize=9)
+        ax.set_ylabel("B/A per round; mean and 95% interval")
+        ax.grid(alpha=0.3)
+    fig.suptitle(
+        f"{report['mode']} {report['arms']['A']['model']}: B/A per paired round (dashes: 1 ± minimum effect)",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(out / PLOT_NAME, dpi=110)
+    plt.close(fig)
+    return [PLOT_NAME]
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None or not math.isfinite(v) else f"{(v - 1) * 100:+.1f}%"
+
+
+def markdown(report: dict[str, Any], plots: list[str]) -> str:
+    a, b = report["arms"]["A"], report["arms"]["B"]
+    s = report["settings"]
+    lines = [
+        f"# {report['mode']} {report['status']}: {a['model']}",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| A | `{a['url']}` (vLLM {a.get('vllm_version')}, max_model_len {a.get('max_model_len')}) |",
+        f"| B | `{b['url']}` (vLLM {b.get('vllm_version')}, max_model_len {b.get('max_model_len')}) |",
+        f"| profile | {report.get('profile') or '–'} |",
+        f"| rounds | {s['rounds']} (A B, B A, ...), levels {', '.join(f'C{x}' for x in s['levels'])}, "
+        f"{s['prompt_tokens']}-token prompts, {s['output_tokens']} output tokens |",
+        f"| statistics | 20%-trimmed geometric mean of per-round B/A, paired bootstrap {s['confidence']:.0%} interval "
+        f"({s['n_resamples']} resamples), minimum effect {s['min_effect']:.0%} |",
+        f"| wall time | {_fmt(report.get('wall_s'))} s |",
+        "",
+    ]
+    if report["broken"]:
+        lines += [f"**No verdict: the run broke.** {report['broken']}", ""]
+    if report["mode"] == "A/A" and report["comparisons"]:
+        fv = report["false_verdicts"] or []
+        lines += [
+            f"A/A: both arms are the same build, so every verdict other than inconclusive is false: "
+            f"{len(fv)} of {len(report['comparisons'])} ({', '.join(fv) or 'none'}).",
+            "",
+        ]
+    if report["comparisons"]:
+        lines += [
+            "| level | metric | A median | B median | B/A | 95% interval | change | verdict | why |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for c in report["comparisons"]:
+            am = sorted(c["a"])[len(c["a"]) // 2] if c["a"] else None
+            bm = sorted(c["b"])[len(c["b"]) // 2] if c["b"] else None
+            iv = f"[{c['low']:.3f}, {c['high']:.3f}]" if c["low"] is not None else "–"
+            lines.append(
+                f"| C{c['level']} | {c['label']} ({c['direction']}) | {_fmt(am, '.2f')} | {_fmt(bm, '.2f')} | "
+                f"{_fmt(c['ratio'], '.3f')} | {iv} | {_pct(c['ratio'])} | **{c['verdict']}** | "
+                f"{c['reason'].replace('|', '/')} |"
+            )
+    for p in plots:
+        lines += ["", f"![{p}]({p})"]
+    if report.get("plots_missing"):
+        lines += ["", f"(no plot: {report['plots_missing']})"]
+    return "\n".join(lines) + "\n"
+
+
+def write(report: dict[str, Any], out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    plots = _plot(report, out)
+    report["plots"] = plots
+    (out / JSON_NAME).write_text(json.dumps(report, indent=1, default=str) + "\n")
+    (out / MD_NAME).write_text(markdown(report, plots))
+    return out / JSON_NAME
+
+
+def stamp() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
