@@ -19,8 +19,10 @@ MD_NAME = "ab.md"
 PLOT_NAME = "ab_ratios.png"
 
 
-def build(run: AbRun, meta: dict[str, Any]) -> dict[str, Any]:
+def build(run: AbRun, meta: dict[str, Any], images: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The report; ``images`` (arm -> vfleet.verify.image.ImageRecord.as_dict()) says what each arm runs."""
     comps = [c.as_dict() for c in run.comparisons]
+    arms = {name: {**arm.as_dict(), "image": (images or {}).get(name)} for name, arm in run.arms.items()}
     verdicts = {f"{c['metric']}@C{c['level']}": c["verdict"] for c in comps}
     return {
         "schema": SCHEMA,
@@ -29,7 +31,7 @@ def build(run: AbRun, meta: dict[str, Any]) -> dict[str, Any]:
         "status": "broken" if run.broken else "complete",
         "broken": run.broken,
         **meta,
-        "arms": {name: arm.as_dict() for name, arm in run.arms.items()},
+        "arms": arms,
         "settings": run.settings.model_dump(),
         "order": "rounds alternate A B, B A, ...: round k runs A first when k is even, B first when k is odd",
         "wall_s": round(run.wall_s, 2),
@@ -100,6 +102,11 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
         "|---|---|",
         f"| A | `{a['url']}` (vLLM {a.get('vllm_version')}, max_model_len {a.get('max_model_len')}) |",
         f"| B | `{b['url']}` (vLLM {b.get('vllm_version')}, max_model_len {b.get('max_model_len')}) |",
+        *(
+            f"| image {name} | `{arm['image'].get('ref')}` digest `{arm['image'].get('digest')}` |"
+            for name, arm in (("A", a), ("B", b))
+            if arm.get("image")
+        ),
         f"| profile | {report.get('profile') or '–'} |",
         f"| rounds | {s['rounds']} (A B, B A, ...), levels {', '.join(f'C{x}' for x in s['levels'])}, "
         f"{s['prompt_tokens']}-token prompts, {s['output_tokens']} output tokens |",

