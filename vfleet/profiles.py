@@ -139,6 +139,10 @@ class Verify(Strict):
     prefix_cache: bool = True
     integrity: IntegritySpec = IntegritySpec()
     load: LoadSpec = LoadSpec()
+    #: `vfleet promote` also requires an A/B report (`vfleet ab --image-a --image-b`, docs/ab.md) of the
+    #: new image (arm B) against the image promoted last for this profile (arm A), complete, with no
+    #: metric "worse"; the promotion names that report.
+    ab_not_worse: bool = False
     not_applicable: dict[str, Annotated[str, Field(min_length=10)]] = Field(default_factory=dict)
 
     @field_validator("not_applicable")

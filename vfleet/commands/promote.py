@@ -1,7 +1,9 @@
 """`vfleet promote REF --profile P`: record that an image's registry digest may serve a profile.
 Refuses unless a passing, complete boot-verify report exists for that digest and profile (for a
 production profile: with the digest read from the verified container). With --check, exit 0 only if
-the image is already promoted for the profile (the Ansible preflight uses this).
+the image is already promoted for the profile (the Ansible preflight uses this). A profile that sets
+verify.ab_not_worse also needs an A/B report (`vfleet ab --image-a --image-b`) of the image against
+the one promoted last for the profile, complete and with no metric worse; the entry names it.
 
 REF is REPO@sha256:DIGEST (the digest is taken from it) or REPO:TAG (docker's RepoDigests entry of
 REPO on this host); an image that was never pushed or pulled has no registry digest and is refused.
@@ -39,6 +41,13 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
         default=None,
         help=f"promotions file, JSON lines, append-only (default {_default_registry_text()}; VFLEET_PROMOTIONS)",
     )
+    p.add_argument(
+        "--ab-report",
+        type=Path,
+        metavar="DIR",
+        help="A/B report directory or ab.json, where the profile sets verify.ab_not_worse (default: search the "
+        "reports root)",
+    )
     p.add_argument("--check", action="store_true", help="exit 0 only if REF is promoted for the profile")
     return p
 
@@ -56,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(f"promoted: {entry['digest']} for {args.profile} at {entry['promoted_at']} (report {entry['report']})")
         return 0
-    entry = promotion.promote(args.image, args.profile, args.report, registry)
+    entry = promotion.promote(args.image, args.profile, args.report, registry, args.ab_report)
     print(f"promoted {args.image} ({entry['digest']}) for {args.profile}; recorded in {registry}")
+    if entry.get("ab_report"):
+        print(f"  not worse than {entry['ab_baseline']}: A/B report {entry['ab_report']}")
     return 0

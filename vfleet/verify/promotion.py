@@ -93,11 +93,94 @@ def find_report(
     )
 
 
-def promote(image: str, profile: str, report_dir: Path | None, registry: Path | None = None) -> dict[str, Any]:
+AB_REPORT = "ab.json"
+
+
+def last_promoted(profile: str, registry: Path, other_than: str) -> dict[str, Any] | None:
+    """The newest registry entry for ``profile`` whose digest is not ``other_than`` (the baseline an
+    A/B gate compares against), or None for the profile's first image."""
+    if not registry.is_file():
+        return None
+    found = None
+    for line in registry.read_text().splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(e, dict) and e.get("profile") == profile and e.get("digest") != other_than:
+            found = e
+    return found
+
+
+def ab_problems(rep: dict[str, Any], baseline: str, digest: str, profile: str) -> list[str]:
+    """Why an A/B report (vfleet.ab.report) cannot show that ``digest`` is not worse than ``baseline``."""
+    if rep.get("kind") != "vfleet-ab":
+        return ["not an A/B report"]
+    arms = rep.get("arms") or {}
+    a_img, b_img = ((arms.get(n) or {}).get("image") or {} for n in ("A", "B"))
+    why: list[str] = []
+    if a_img.get("digest") != baseline:
+        why.append(f"arm A runs {a_img.get('digest')}, not the promoted {baseline}")
+    if b_img.get("digest") != digest:
+        why.append(f"arm B runs {b_img.get('digest')}, not {digest}")
+    if rep.get("profile") != profile:
+        why.append(f"profile {rep.get('profile')}")
+    if rep.get("mode") != "A/B":
+        why.append(f"mode {rep.get('mode')}")
+    if rep.get("status") != "complete" or not rep.get("comparisons"):
+        why.append(f"the run did not complete ({rep.get('broken') or rep.get('status')})")
+    worse = sorted(k for k, v in (rep.get("verdicts") or {}).items() if v == "worse")
+    if worse:
+        why.append("worse: " + ", ".join(worse))
+    return why
+
+
+def find_ab_report(baseline: str, digest: str, profile: str, ab_report: Path | None) -> Path:
+    """The newest complete A/B report of ``digest`` (arm B) against ``baseline`` (arm A) on ``profile``
+    with no metric worse; VfleetError naming what is wrong otherwise."""
+    root = reports_dir()
+    if ab_report is not None:
+        candidates = [ab_report / AB_REPORT] if ab_report.is_dir() else [ab_report]
+    else:
+        candidates = sorted(root.glob(f"**/{AB_REPORT}"), key=lambda p: p.stat().st_mtime, reverse=True)
+    seen: list[str] = []
+    for path in candidates:
+        rep = _load(path)
+        if rep is None:
+            seen.append(f"{path}: not a readable A/B report")
+            continue
+        why = ab_problems(rep, baseline, digest, profile)
+        if not why:
+            return path
+        seen.append(f"{path}: " + "; ".join(why))
+    where = str(ab_report) if ab_report else f"{root}/**/{AB_REPORT}"
+    raise VfleetError(
+        f"profile {profile} sets verify.ab_not_worse: promoting {digest} needs a complete A/B report against the "
+        f"promoted {baseline} with no metric worse, in {where} ({'; '.join(seen[:5]) or 'no A/B reports found'}); "
+        f"run `vfleet ab --a URL_OF_PROMOTED --image-a REPO@{baseline} --b URL_OF_NEW --image-b REPO@{digest} "
+        f"--profile {profile}` first"
+    )
+
+
+def promote(
+    image: str,
+    profile: str,
+    report_dir: Path | None,
+    registry: Path | None = None,
+    ab_report: Path | None = None,
+) -> dict[str, Any]:
     registry = registry or default_registry()
-    production = Catalog().load(profile).production
+    prof = Catalog().load(profile)
+    production = prof.production
     digest = resolve_digest(image)
     path, rep = find_report(digest, profile, report_dir, production)
+    ab_path: Path | None = None
+    baseline: str | None = None
+    if prof.verify.ab_not_worse:
+        previous = last_promoted(profile, registry, other_than=digest)
+        if previous is not None:
+            baseline = str(previous["digest"])
+            ab_path = find_ab_report(baseline, digest, profile, ab_report)
     img = rep.get("image") or {}
     entry = {
         "promoted_at": dt.datetime.now(dt.UTC).isoformat(),
@@ -110,6 +193,9 @@ def promote(image: str, profile: str, report_dir: Path | None, registry: Path | 
         "vllm_version": rep.get("vllm_version"),
         "by": getpass.getuser(),
     }
+    if prof.verify.ab_not_worse:
+        entry["ab_report"] = str(ab_path.resolve()) if ab_path else None
+        entry["ab_baseline"] = baseline  # None: the profile's first image, nothing to compare against
     registry.parent.mkdir(parents=True, exist_ok=True)
     with registry.open("a") as f:
         f.write(json.dumps(entry, sort_keys=True) + "\n")
