@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -45,8 +47,9 @@ def one(a_url: str, b_url: str, s: ab.AbSettings, aa: bool, label: str, i: int) 
             for c in res.comparisons
         },
         "false_verdict": bool(res.false_verdicts) if aa else None,
+        "rounds": {f"{c.metric}@C{c.level}": {"a": c.a, "b": c.b} for c in res.comparisons},
     }
-    print(json.dumps(row), flush=True)
+    print(json.dumps({k: v for k, v in row.items() if k != "rounds"}), flush=True)
     return row
 
 
@@ -62,6 +65,8 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=1.2)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    # A background job ignores SIGINT; SIGTERM must still run the finally blocks that stop the servers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     profile = Catalog().load("tiny/cpu")
     model = tinymodel.build()
     s = ab.settings_from_profile(

@@ -4,6 +4,7 @@ arm that dies mid-run gives no verdict, bad input is refused before anything is 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -21,7 +22,16 @@ from scipy import stats as sps
 
 from vfleet.ab import report as report_mod
 from vfleet.ab import run as ab
-from vfleet.ab.stats import METRICS, MIN_ROUNDS, Metric, arm_order, compare, geo_mean_ratio, verdict
+from vfleet.ab.stats import (
+    METRICS,
+    MIN_ROUNDS,
+    Metric,
+    arm_order,
+    compare,
+    expanded_level,
+    geo_mean_ratio,
+    verdict,
+)
 from vfleet.errors import VfleetError
 from vfleet.server import free_port
 
@@ -126,6 +136,12 @@ def test_identical_rounds_give_a_degenerate_interval() -> None:
     c = compare(TOKS, 1, [10.0, 20.0, 30.0, 40.0, 50.0], [9.0, 18.0, 27.0, 36.0, 45.0])
     assert c.low == c.high and math.isclose(c.ratio or 0, 0.9) and c.verdict == "worse"
     assert c.method.startswith("degenerate")
+
+
+def test_expanded_level_widens_few_rounds_most() -> None:
+    levels = [expanded_level(0.95, n) for n in (5, 10, 20, 200)]
+    assert all(x > y for x, y in itertools.pairwise(levels)) and levels[-1] > 0.95
+    assert levels[-1] - 0.95 < 0.002  # with many rounds the correction vanishes
 
 
 def test_synthetic_false_verdict_rate_and_power() -> None:

@@ -76,7 +76,7 @@ def _plot(report: dict[str, Any], out: Path) -> list[str]:
         ax.set_xticks(range(len(levels)), [f"C{lv}" for lv in levels])
         ax.set_xlim(-0.6, len(levels) - 0.4)
         ax.set_title(f"{rows[0]['label'] if rows else key} ({rows[0]['direction'] if rows else ''})", fontsize=9)
-        ax.set_ylabel("B/A per round; mean and 95% interval")
+        ax.set_ylabel("B/A per round; estimate and interval")
         ax.grid(alpha=0.3)
     fig.suptitle(
         f"{report['mode']} {report['arms']['A']['model']}: B/A per paired round (dashes: 1 ± minimum effect)",
@@ -110,8 +110,14 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
         f"| profile | {report.get('profile') or '–'} |",
         f"| rounds | {s['rounds']} (A B, B A, ...), levels {', '.join(f'C{x}' for x in s['levels'])}, "
         f"{s['prompt_tokens']}-token prompts, {s['output_tokens']} output tokens |",
-        f"| statistics | 20%-trimmed geometric mean of per-round B/A, paired bootstrap {s['confidence']:.0%} interval "
-        f"({s['n_resamples']} resamples), minimum effect {s['min_effect']:.0%} |",
+        f"| statistics | 20%-trimmed geometric mean of per-round B/A; paired bootstrap intervals ({s['n_resamples']} "
+        f"resamples), family-wise {s['confidence']:.0%}"
+        + (
+            f" (each at {report['comparisons'][0]['confidence']:.2%}, Bonferroni over {len(report['comparisons'])})"
+            if report["comparisons"]
+            else ""
+        )
+        + f"; minimum effect {s['min_effect']:.0%} |",
         f"| wall time | {_fmt(report.get('wall_s'))} s |",
         "",
     ]
@@ -126,7 +132,7 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
         ]
     if report["comparisons"]:
         lines += [
-            "| level | metric | A median | B median | B/A | 95% interval | change | verdict | why |",
+            "| level | metric | A median | B median | B/A | interval | change | verdict | why |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for c in report["comparisons"]:

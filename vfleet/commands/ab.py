@@ -57,7 +57,12 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     p.add_argument("--prompt-tokens", type=int, metavar="N", help="approximate prompt length (default 64)")
     p.add_argument("--output-tokens", type=int, metavar="N", help="fixed output length (default 32, at least 2)")
     p.add_argument("--min-effect", type=float, metavar="F", help="smallest change that counts, 0.05 = 5%% (default)")
-    p.add_argument("--confidence", type=float, metavar="F", help="interval confidence (default 0.95)")
+    p.add_argument(
+        "--confidence",
+        type=float,
+        metavar="F",
+        help="family-wise confidence of the run's intervals (default 0.95; each at 1 - (1 - F) / (metrics x levels))",
+    )
     p.add_argument("--seed", type=int, help="bootstrap seed (default 0)")
     p.add_argument(
         "--settle",
