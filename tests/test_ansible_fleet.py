@@ -13,6 +13,7 @@ scenario, swap time per node, bytes pulled per node) go to .cache/fleet/figures.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -34,23 +35,10 @@ from vfleet.fleet.images import build_fake_images, build_node_image, cache_dir
 
 pytestmark = pytest.mark.slow
 
-VERIFY_STANDIN = [
-    sys.executable,
-    "-c",
-    "import sys, urllib.request; urllib.request.urlopen(sys.argv[1])",
-    "{url}/verify",
-]
-FAST: dict[str, Any] = {
-    "vfleet_node_check_promotion": False,  # the stand-in images have no boot-verify report to promote
-    "vfleet_node_poll_interval": 1,
-    "vfleet_node_health_timeout": 30,
-    "vfleet_lb_settle_s": 1,
-    "vfleet_lb_drain_timeout_s": 5,
-    "vfleet_lb_dead_after_s": 3,
-    "vfleet_batch_size": 3,  # canary, then the other three in one batch (the batch test overrides it)
-}
-# In the inventory (group vars), not in FAST: extra vars would beat the per-host fault of the batch test.
-STANDIN_VARS: dict[str, Any] = {"vfleet_node_verify_argv": VERIFY_STANDIN}
+# The stand-in fleet settings (shared with benchmarks/bench_fleet_scale.py); batches of 3 here: the
+# canary, then the other three in one batch (the batch tests override it).
+FAST: dict[str, Any] = {**testfleet.STANDIN_FAST, "vfleet_batch_size": 3}
+STANDIN_VARS = testfleet.STANDIN_VARS
 FIGURES: dict[str, Any] = {"wall_s": {}, "swap_s": {}, "pull_bytes": {}}
 LOCK = "/var/lib/vfleet/fleet-lock.json"
 
@@ -58,6 +46,20 @@ LOCK = "/var/lib/vfleet/fleet-lock.json"
 def flat(text: str) -> str:
     """Output with the YAML callback's line folding undone, for substring checks."""
     return " ".join(text.split())
+
+
+def played_groups(text: str) -> list[tuple[str, list[str]]]:
+    """(play name, hosts that reported a result) per play run, in order; a play with serial batches
+    runs once per batch. The balancer and localhost are left out (a delegated result names its node)."""
+    out: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if m := re.match(r"^PLAY \[(.+?)\] \*", line):
+            out.append((m[1], []))
+        elif out and (m := re.match(r"^(?:ok|changed|fatal|skipping): \[([^\]\s]+)", line)):
+            host = m[1]
+            if host != "localhost" and not host.endswith("-lb") and host not in out[-1][1]:
+                out[-1][1].append(host)
+    return out
 
 
 def recap_changed(text: str) -> dict[str, int]:
@@ -162,9 +164,9 @@ def ctx() -> Iterator[Ctx]:
     build_node_image()
     local = build_fake_images()
     try:
-        fleet = testfleet.up(name, nodes=4)
+        fleet = testfleet.up(name, nodes=4, mirror=True)
         testfleet.write_inventory(fleet, extra_vars=STANDIN_VARS)
-        refs = {v: fleet.push(local[v]) for v in ("good-1", "good-2", "noverify", "unhealthy", "busy")}
+        refs = {v: fleet.push(local[v]) for v in ("good-1", "good-2", "good-3", "noverify", "unhealthy", "busy")}
         FIGURES["wall_s"]["fleet_up"] = round(time.monotonic() - t0, 1)
         yield Ctx(fleet, refs)
     finally:
@@ -218,6 +220,95 @@ def test_status_reports_image_profile_health_and_balancer(ctx: Ctx, tmp_path: Pa
         assert rows[n]["healthy"] is True
         assert rows[n]["balancer"] == "UP"
         assert rows[n]["record_state"] == "deployed"
+
+
+def test_percent_batches_round_up_over_the_fleet_and_run_as_printed(ctx: Ctx) -> None:
+    """4 nodes at 50%: batches of ceil(4 x 50%) = 2 nodes after the canary (n1 | n2 n3 | n4), the plan
+    printed before any node task, and the plays run in exactly those groups; the same plan again
+    brings the fleet back."""
+    n1, n2, n3, n4 = ctx.names
+    for scenario, variant in (("percent_batches", "good-2"), ("percent_batches_back", "good-1")):
+        proc = ctx.cli(scenario, "rollout", "--image", ctx.refs[variant], vfleet_batch_size="50%")
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        text = flat(proc.stdout)
+        assert f"canary {n1}; batch 1: {n2}, {n3}; batch 2: {n4};" in text, text[:3000]
+        assert proc.stdout.index("TASK [vfleet : Show the plan]") < proc.stdout.index("PLAY [Preflight every node")
+        swaps = [(play, hosts) for play, hosts in played_groups(proc.stdout) if play in ("Canary", "Batches")]
+        assert swaps == [("Canary", [n1]), ("Batches", [n2, n3]), ("Batches", [n4])], swaps
+        for n in ctx.names:
+            ctx.assert_on(n, variant)
+
+
+def test_pull_plan_bounds_pulls_and_a_zone_mirror_spares_the_central_registry(ctx: Ctx) -> None:
+    """n2, n3 and n4 form a zone that pulls through its pull-through mirror (vfleet_node_registry_mirror);
+    the rollout of an image no node holds yet (good-3) runs at most one pull at a time. The central
+    registry serves each new blob of good-3 once to n1 and to the mirror only on its first miss (Debian's
+    docker-registry 2.8 proxy fetches a missing blob twice: once streamed to the node, once stored), never
+    to a zone node, and nothing for the zone's second and third pulls. The zone nodes run the same image
+    as MIRROR/REPO@DIGEST, and no two nodes' pulls overlapped in time."""
+    n1, *zone_nodes = ctx.names
+    fleet = ctx.fleet
+    ip = {n: fleet.node(n).ip for n in ctx.names}
+    mirror_ip = fleet.mirror_addr.split(":")[0]
+    since = docker("info", "--format", "{{json .SystemTime}}").strip().strip('"')
+    zone = {n: {"vfleet_node_registry_mirror": fleet.mirror_addr} for n in zone_nodes}
+    testfleet.write_inventory(fleet, extra_vars=STANDIN_VARS, host_vars=zone)
+    try:
+        proc = ctx.cli("pull_plan_mirror", "rollout", "--image", ctx.refs["good-3"], vfleet_node_pull_concurrency=1)
+    finally:
+        testfleet.write_inventory(fleet, extra_vars=STANDIN_VARS)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for n in ctx.names:
+        ctx.assert_on(n, "good-3")
+    for n in zone_nodes:
+        assert ctx.record(n)["image"].startswith(fleet.mirror_addr + "/vfleet-fake-r2@sha256:"), ctx.record(n)
+    assert ctx.record(n1)["image"].startswith(fleet.registry_addr + "/")
+
+    def blobs(variant: str) -> set[str]:
+        import urllib.request
+
+        req = urllib.request.Request(
+            f"http://{fleet.registry_local}/v2/{FAKE}/manifests/{variant}",
+            headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            m = json.loads(r.read())
+        return {m["config"]["digest"], *(layer["digest"] for layer in m["layers"])}
+
+    new = blobs("good-3") - set().union(*(blobs(v) for v in ("good-1", "good-2", "noverify", "unhealthy", "busy")))
+    assert new, "good-3 shares every blob with the other variants"
+    central = [r for r in fleet.registry_requests(since=since) if r.blob in new and r.status == 200]
+    at_mirror = [
+        r for r in fleet.registry_requests(fleet.mirror, since=since) if r.remote in [ip[n] for n in zone_nodes]
+    ]
+    assert sorted(r.blob for r in central if r.remote == ip[n1]) == sorted(new), "n1 did not pull each new blob once"
+    assert {r.remote for r in central} == {ip[n1], mirror_ip}, "a zone node reached the central registry"
+    assert {r.blob for r in central if r.remote == mirror_ip} == new
+    assert {r.blob for r in at_mirror if r.blob} >= new and {r.remote for r in at_mirror} == {ip[n] for n in zone_nodes}
+    # The mirror's fetches from the central registry all came before the zone's second pull began.
+    second_zone_pull = sorted(min(r.time for r in at_mirror if r.remote == ip[n]) for n in zone_nodes)[1]
+    assert max(r.time for r in central if r.remote == mirror_ip) < second_zone_pull, "the mirror fetched again"
+    size = {r.blob: r.written for r in central if r.remote == ip[n1]}
+    FIGURES["pull_bytes"]["central_registry_good3_new_blobs"] = {
+        "one_copy": sum(size.values()),
+        "with_zone_mirror_4_nodes": sum(r.written for r in central),
+        "without_mirror_4_nodes": 4 * sum(size.values()),
+    }
+    # At most one pull at a time: each node's requests (to the central registry or to its mirror)
+    # span an interval, and no two intervals overlap.
+    seen = [r for r in fleet.registry_requests(since=since) if r.remote == ip[n1]]
+    seen += at_mirror
+    spans = sorted(
+        (min(r.time for r in seen if r.remote == ip[n]), max(r.time for r in seen if r.remote == ip[n]), n)
+        for n in ctx.names
+    )
+    for (_, end, a), (start, _, b) in itertools.pairwise(spans):
+        assert end <= start, f"the pulls of {a} and {b} overlapped (vfleet_node_pull_concurrency 1): {spans}"
+
+    proc = ctx.cli("pull_plan_back", "rollback")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for n in ctx.names:
+        ctx.assert_on(n, "good-1")
 
 
 def test_lock_of_another_controller_is_refused_and_only_broken_on_request(ctx: Ctx) -> None:
@@ -293,7 +384,9 @@ def test_health_timeout_rolls_the_canary_back(ctx: Ctx) -> None:
     before = ctx.snapshot()
     proc = ctx.cli("health_timeout", "rollout", "--image", ctx.refs["unhealthy"], vfleet_node_health_timeout=4)
     assert proc.returncode != 0
-    assert "failed at Wait for health" in flat(proc.stdout), proc.stdout[-3000:]
+    text = flat(proc.stdout)
+    assert "failed at Start the image and wait for health" in text, proc.stdout[-3000:]
+    assert "/health did not answer 200 within 4 s" in text, proc.stdout[-3000:]
     canary, *rest = ctx.names
     ctx.assert_on(canary, "good-1")
     for n in rest:

@@ -17,13 +17,17 @@ def docker_bin() -> str:
     return exe
 
 
-def docker(*args: str, check: bool = True, input: bytes | None = None, timeout: float = 600) -> str:
-    """Run `docker ARGS`; return stdout. A failure raises VfleetError with docker's own message."""
+def docker(
+    *args: str, check: bool = True, input: bytes | None = None, timeout: float = 600, stderr: bool = False
+) -> str:
+    """Run `docker ARGS`; return stdout (and stderr after it, with STDERR: `docker logs` of a
+    container that logs there). A failure raises VfleetError with docker's own message."""
     proc = subprocess.run([docker_bin(), *args], input=input, capture_output=True, timeout=timeout, check=False)
     if check and proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip().splitlines()
         raise VfleetError(f"docker {' '.join(args[:3])} failed: {err[-1] if err else proc.returncode}")
-    return proc.stdout.decode(errors="replace")
+    out = proc.stdout + (proc.stderr if stderr else b"")
+    return out.decode(errors="replace")
 
 
 def daemon_ok() -> bool:

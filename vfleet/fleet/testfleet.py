@@ -13,9 +13,12 @@ a production node over SSH. The balancer is configured by the project's own `lb.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import re
 import secrets
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -55,6 +58,25 @@ DIND_FLAGS = [
     "/var/lib/docker",
 ]
 
+#: Stand-in boot-verify for the light stand-in images (vfleet/fleet/images.py FAKE_VARIANTS): GET /verify.
+VERIFY_STANDIN = [
+    sys.executable,
+    "-c",
+    "import sys, urllib.request; urllib.request.urlopen(sys.argv[1])",
+    "{url}/verify",
+]
+#: Inventory vars of a stand-in fleet (group vars, so that a per-host fault can override them).
+STANDIN_VARS: dict[str, Any] = {"vfleet_node_verify_argv": VERIFY_STANDIN}
+#: Extra vars of a stand-in fleet run: short polls and bounds (the stand-ins answer at once).
+STANDIN_FAST: dict[str, Any] = {
+    "vfleet_node_check_promotion": False,  # the stand-in images have no boot-verify report to promote
+    "vfleet_node_poll_interval": 1,
+    "vfleet_node_health_timeout": 30,
+    "vfleet_lb_settle_s": 1,
+    "vfleet_lb_drain_timeout_s": 5,
+    "vfleet_lb_dead_after_s": 3,
+}
+
 
 @dataclass
 class Node:
@@ -73,6 +95,8 @@ class Fleet:
     nodes: list[Node] = field(default_factory=list)
     pushed: list[str] = field(default_factory=list)  # controller-side tags, removed on down
     profile: str = "tiny/cpu"  # the serve profile of its nodes
+    mirror: str = ""  # container name of the zone's pull-through mirror ("" when none)
+    mirror_addr: str = ""  # IP:5000 of that mirror, as the nodes see it
 
     @property
     def lb_url(self) -> str:
@@ -141,6 +165,13 @@ class Fleet:
             int(layer["size"]) for layer, diff in zip(manifest["layers"], diff_ids, strict=True) if diff not in have
         )
 
+    def registry_requests(self, container: str = "", since: str = "") -> list[RegistryRequest]:
+        """The requests a registry of the fleet (default: the central one) answered, from its log
+        (REGISTRY_LOG_LEVEL=info: one "response completed" line per request), since an RFC 3339 time."""
+        args = ["logs", *(["--since", since] if since else []), container or self.registry]
+        text = docker(*args, check=False, stderr=True)
+        return [r for line in text.splitlines() if (r := RegistryRequest.parse(line)) is not None]
+
     def node(self, name: str) -> Node:
         for n in self.nodes:
             if n.name == name or n.name.endswith(f"-{name}"):
@@ -168,6 +199,41 @@ class Fleet:
             return int(exc.code)
         except (urllib.error.URLError, OSError):
             return 0
+
+
+@dataclass
+class RegistryRequest:
+    time: float  # epoch seconds
+    remote: str  # client IP
+    method: str
+    uri: str
+    status: int
+    written: int  # response bytes
+
+    FIELD = re.compile(r'(\S+?)=("(?:[^"\\]|\\.)*"|\S+)')
+
+    @classmethod
+    def parse(cls, line: str) -> RegistryRequest | None:
+        if 'msg="response completed"' not in line:
+            return None
+        f = {k: v.strip('"') for k, v in cls.FIELD.findall(line)}
+        try:
+            when = datetime.datetime.fromisoformat(f["time"].replace("Z", "+00:00")[:26] + "+00:00")
+            return cls(
+                time=when.timestamp(),
+                remote=f["http.request.remoteaddr"].rsplit(":", 1)[0],
+                method=f["http.request.method"],
+                uri=f["http.request.uri"],
+                status=int(f["http.response.status"]),
+                written=int(f.get("http.response.written", "0")),
+            )
+        except (KeyError, ValueError):
+            return None
+
+    @property
+    def blob(self) -> str:
+        """The blob digest of a GET .../blobs/sha256:D (a layer or config download), else ''."""
+        return self.uri.rsplit("/", 1)[-1] if self.method == "GET" and "/blobs/" in self.uri else ""
 
 
 def state_dir(name: str) -> Path:
@@ -256,11 +322,14 @@ def up(
     group: str = "cpu_x86",
     model_dir: Path | None = None,
     api_key: bool = False,
+    mirror: bool = False,
 ) -> Fleet:
     """Start the network, the registry, the balancer and NODES nodes, and set the balancer up with
     lb.yml; on any failure remove what was started. MODEL_DIR is copied to every node's /srv/models
     (the rendered container mounts it); with API_KEY the fleet gets a random API key (a 0600 file in
-    its state directory, which the inventory reads), as a real fleet keeps one in its vault."""
+    its state directory, which the inventory reads), as a real fleet keeps one in its vault. With MIRROR
+    the fleet also gets a pull-through mirror of its registry (Fleet.mirror_addr), as one rack or zone
+    of a large fleet would; nodes pull through it when the inventory sets vfleet_node_registry_mirror."""
     if nodes < 1:
         raise VfleetError("a fleet needs at least one node (--nodes N)")
     if nodes > 200:
@@ -289,6 +358,8 @@ def up(
             "/var/lib/vfleet-registry",
             "--publish",
             "127.0.0.1::5000",
+            "--env",
+            "REGISTRY_LOG_LEVEL=info",  # one "response completed" line per request: Fleet.registry_requests
             "--entrypoint",
             "/usr/bin/docker-registry",
             NODE_IMAGE,
@@ -325,7 +396,39 @@ def up(
             lb=lb,
             profile=profile,
         )
+        if mirror:
+            # The zone's pull-through cache (docs/fleet.md, "Pull plan"): Debian's docker-registry in
+            # proxy mode, fetching from the central registry what a node asks it for, once.
+            fleet.mirror = f"vfleet-fleet-{name}-mirror"
+            fleet.mirror_addr = f"{prefix}.4:5000"
+            docker(
+                "run",
+                "--detach",
+                "--name",
+                fleet.mirror,
+                *labels,
+                "--label",
+                "org.vfleet.role=registry-mirror",
+                "--network",
+                net,
+                "--ip",
+                f"{prefix}.4",
+                "--volume",
+                "/var/lib/vfleet-registry",
+                "--env",
+                f"REGISTRY_PROXY_REMOTEURL=http://{fleet.registry_addr}",
+                "--env",
+                "REGISTRY_LOG_LEVEL=info",
+                "--entrypoint",
+                "/usr/bin/docker-registry",
+                NODE_IMAGE,
+                "serve",
+                "/etc/vfleet-registry.yml",
+            )
         fleet.save()
+        insecure = f"--insecure-registry {fleet.registry_addr}" + (
+            f" --insecure-registry {fleet.mirror_addr}" if mirror else ""
+        )
         for i in range(1, nodes + 1):
             node = Node(name=f"vfleet-fleet-{name}-node{i}", ip=f"{prefix}.{10 + i}")
             docker(
@@ -344,7 +447,7 @@ def up(
                 node.ip,
                 *DIND_FLAGS,
                 "--env",
-                f"VFLEET_DOCKERD_ARGS=--insecure-registry {fleet.registry_addr}",
+                f"VFLEET_DOCKERD_ARGS={insecure}",
                 NODE_IMAGE,
             )
             fleet.nodes.append(node)

@@ -1,12 +1,13 @@
 #!/usr/bin/python
 # Copyright: the vfleet authors. Apache-2.0.
-"""Read a vfleet HAProxy backend over the runtime API socket, and wait on it.
+"""Read and drive a vfleet HAProxy backend over the runtime API socket.
 
-State changes (drain, maint, ready) go through community.general.haproxy; this module only reads:
-the servers of a backend, and (with action=wait_idle) the combined drain condition of vfleet: no
-open session to the server in HAProxy and no running or waiting request in vLLM, held for a settle
-window, within a bound. Runs on the balancer host (or on the controller for a balancer of the
-operator's own, with socket unset: then only vLLM's gauges are read).
+It reads the servers of a backend, and takes a node out of the pool and back in, each in ONE module
+run (a rollout's controller cost per node is its number of task round trips): drain = DRAIN, then the
+combined drain condition of vfleet (no open session to the server in HAProxy and no running or
+waiting request in vLLM, held for a settle window, within a bound), then MAINT; ready = READY, then
+wait until the health checks report UP. Runs on the balancer host (or on the controller for a
+balancer of the operator's own, with socket unset: then drain only waits on vLLM's gauges).
 """
 
 from __future__ import annotations
@@ -20,12 +21,16 @@ description:
     C(vllm:num_requests_running) plus C(vllm:num_requests_waiting) at O(metrics_url) are 0,
     for O(settle) seconds in a row, at most O(timeout) seconds.
   - C(wait_up) waits until HAProxy reports O(server) fully C(UP) (health checks passed).
+  - C(drain) sets O(server) to DRAIN, waits as C(wait_idle) does, then sets it to MAINT and waits until
+    HAProxy reports MAINT. Without O(socket) it only waits (the operator's balancer drained it).
+  - C(hold) sets O(server) to MAINT and waits until HAProxy reports it.
+  - C(ready) sets O(server) to READY and waits as C(wait_up) does.
 options:
   action:
     description: What to do.
     type: str
     required: true
-    choices: [check, wait_idle, wait_up]
+    choices: [check, wait_idle, wait_up, drain, hold, ready]
   socket:
     description: HAProxy runtime API socket (level admin). Unset for wait_idle without a balancer.
     type: path
@@ -78,8 +83,12 @@ servers:
   returned: always
   type: dict
 seconds:
-  description: Seconds waited.
-  returned: wait_idle, wait_up
+  description: Seconds waited (for drain, from DRAIN to idle).
+  returned: wait_idle, wait_up, drain, ready
+  type: float
+started:
+  description: Epoch seconds at which the node left the pool (DRAIN or MAINT was set).
+  returned: drain, hold
   type: float
 last:
   description: The last observation (sessions, running, waiting, status).
@@ -164,7 +173,55 @@ def check(module, p):
     module.exit_json(changed=False, servers=servers)
 
 
-def wait_idle(module, p):
+def set_state(p, state):
+    """set server BACKEND/SERVER state STATE; LbError naming the server when HAProxy refuses."""
+    servers = servers_of(p["socket"], p["backend"])
+    if p["server"] not in servers:
+        raise LbError(
+            f"HAProxy backend {p['backend']!r} has no server {p['server']} (it has: {', '.join(sorted(servers)) or 'none'}); "
+            "add the node to the inventory group of the balancer and run lb.yml, or fix the host name"
+        )
+    answer = runtime(p["socket"], f"set server {p['backend']}/{p['server']} state {state}").strip()
+    if answer:
+        raise LbError(f"HAProxy refused `set server {p['backend']}/{p['server']} state {state}`: {answer}")
+
+
+def wait_maint(p, timeout=10.0):
+    t0 = time.monotonic()
+    status = "?"
+    while time.monotonic() - t0 < timeout:
+        status = servers_of(p["socket"], p["backend"])[p["server"]]["status"]
+        if status.startswith("MAINT"):
+            return
+        time.sleep(0.2)
+    raise LbError(f"{p['server']}: HAProxy did not report MAINT within {timeout:.0f} s (status {status})")
+
+
+def drain(module, p):
+    started = time.time()
+    if p["socket"]:
+        set_state(p, "drain")
+    result = wait_idle(module, p, finish=False)
+    if p["socket"]:
+        set_state(p, "maint")
+        wait_maint(p)
+    module.exit_json(changed=True, started=started, **result)
+
+
+def hold(module, p):
+    started = time.time()
+    set_state(p, "maint")
+    wait_maint(p)
+    module.exit_json(changed=True, started=started)
+
+
+def ready(module, p):
+    set_state(p, "ready")
+    wait_up(module, p, changed=True)
+
+
+def wait_idle(module, p, finish=True):
+    """Wait for the drain condition; exit (or, with FINISH false, return the result) when it holds."""
     t0 = time.monotonic()
     deadline = t0 + p["timeout"]
     idle_since = None
@@ -210,7 +267,10 @@ def wait_idle(module, p):
         if idle:
             idle_since = idle_since if idle_since is not None else now
             if now - idle_since >= p["settle"]:
-                module.exit_json(changed=False, servers=servers, last=last, seconds=round(now - t0, 2))
+                result = {"servers": servers, "last": last, "seconds": round(now - t0, 2)}
+                if not finish:
+                    return result
+                module.exit_json(changed=False, **result)
         else:
             idle_since = None
         if now >= deadline:
@@ -226,7 +286,7 @@ def wait_idle(module, p):
         time.sleep(p["interval"])
 
 
-def wait_up(module, p):
+def wait_up(module, p, changed=False):
     t0 = time.monotonic()
     status = "?"
     servers = {}
@@ -236,7 +296,7 @@ def wait_up(module, p):
             raise LbError(f"HAProxy backend {p['backend']!r} has no server {p['server']!r}")
         status = servers[p["server"]]["status"]
         if status == "UP":
-            module.exit_json(changed=False, servers=servers, seconds=round(time.monotonic() - t0, 2))
+            module.exit_json(changed=changed, servers=servers, seconds=round(time.monotonic() - t0, 2))
         time.sleep(p["interval"])
     module.fail_json(
         msg=f"{p['server']}: HAProxy did not report it UP within {p['timeout']:.0f} s (status {status}); "
@@ -248,7 +308,7 @@ def wait_up(module, p):
 def main():
     module = AnsibleModule(
         argument_spec={
-            "action": {"type": "str", "required": True, "choices": ["check", "wait_idle", "wait_up"]},
+            "action": {"type": "str", "required": True, "choices": ["check", "wait_idle", "wait_up", "drain", "hold", "ready"]},
             "socket": {"type": "path"},
             "backend": {"type": "str", "default": "vfleet"},
             "server": {"type": "str"},
@@ -263,12 +323,18 @@ def main():
             ("action", "check", ["socket"]),
             ("action", "wait_up", ["socket", "server"]),
             ("action", "wait_idle", ["server", "metrics_url"]),
+            ("action", "drain", ["server", "metrics_url"]),
+            ("action", "hold", ["socket", "server"]),
+            ("action", "ready", ["socket", "server"]),
         ],
         supports_check_mode=True,
     )
     p = module.params
+    if module.check_mode and p["action"] in ("drain", "hold", "ready"):
+        module.exit_json(changed=True, msg=f"check mode: {p['server']} would be set to {p['action']}")
     try:
-        {"check": check, "wait_idle": wait_idle, "wait_up": wait_up}[p["action"]](module, p)
+        actions = {"check": check, "wait_idle": wait_idle, "wait_up": wait_up, "drain": drain, "hold": hold, "ready": ready}
+        actions[p["action"]](module, p)
     except LbError as exc:
         module.fail_json(msg=str(exc))
 

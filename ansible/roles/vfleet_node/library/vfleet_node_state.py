@@ -1,10 +1,12 @@
 #!/usr/bin/python
 # Copyright: the vfleet authors. Apache-2.0.
-"""Read a serving node's state in one round trip, or write its deployment record atomically.
+"""Read a serving node's state in one round trip, write its deployment record atomically, or swap
+its serving container and wait for /health.
 
 A rollout asks every node the same three questions before it decides anything: which container
 serves (docker inspect), what the deployment record says, and whether /health answers. One module
-call instead of three tasks keeps the controller's cost per node down.
+call instead of three tasks keeps the controller's cost per node down; so does the swap (stop,
+remove, run, wait for /health) in one call, whose wait runs on the node, not on the controller.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ options:
     description: >-
       read; record (write O(record) to O(state_dir)/deployed.json, atomically); prepare (create
       O(state_dir) and O(dirs), and write O(env) to O(env_file) with mode 0600, for the container's --env-file);
-      or wait_health (poll /health until 200 within O(timeout), failing at once with the log tail when the
-      container exits).
+      wait_health (poll /health until 200 within O(timeout), failing at once with the log tail when the
+      container exits); or start (docker stop with O(stop_timeout), docker rm, docker run O(argv), then
+      wait_health).
     type: str
-    choices: [read, record, prepare, wait_health]
+    choices: [read, record, prepare, wait_health, start]
     default: read
   container:
     description: Name of the serving container.
@@ -51,6 +54,14 @@ options:
     description: Seconds between polls (action wait_health).
     type: float
     default: 1
+  argv:
+    description: The full `docker run` command line of the new serving container (action start).
+    type: list
+    elements: str
+  stop_timeout:
+    description: Seconds docker stop waits before it kills the old container (action start).
+    type: int
+    default: 30
   dirs:
     description: More directories to create (action prepare).
     type: list
@@ -78,6 +89,10 @@ healthy:
   description: Whether the container exists and GET 127.0.0.1:PORT/health answered 200.
   returned: read
   type: bool
+seconds:
+  description: Seconds until /health answered 200 (wait_health); from docker stop to healthy (start).
+  returned: wait_health, start
+  type: float
 """
 
 import datetime
@@ -148,14 +163,14 @@ def _health(port):
         return 0
 
 
-def wait_health(module, p):
+def wait_health(module, p, changed=False, t_start=None):
     """One module run for the whole wait: a poll costs an HTTP request, not an Ansible task."""
     t0 = time.monotonic()
     status = 0
     while time.monotonic() - t0 < p["timeout"]:
         status = _health(p["port"])
         if status == 200:
-            module.exit_json(changed=False, seconds=round(time.monotonic() - t0, 1))
+            module.exit_json(changed=changed, seconds=round(time.monotonic() - (t_start or t0), 1))
         state = subprocess.run(
             ["docker", "container", "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", p["container"]],
             capture_output=True,
@@ -182,6 +197,28 @@ def wait_health(module, p):
     module.fail_json(
         msg=f"{p['container']}: /health did not answer 200 within {p['timeout']:.0f} s (last status {status or 'none'})"
     )
+
+
+def start(module, p):
+    """Replace the serving container with one started from ARGV, then wait for /health."""
+    t0 = time.monotonic()
+    name = p["container"]
+    stop = subprocess.run(
+        ["docker", "stop", "--time", str(p["stop_timeout"]), name],
+        capture_output=True,
+        text=True,
+        timeout=p["stop_timeout"] + 120,
+        check=False,
+    )
+    if stop.returncode != 0 and "No such container" not in stop.stderr:
+        module.fail_json(msg=f"docker stop {name} failed: {stop.stderr.strip()[:500]}")
+    rm = subprocess.run(["docker", "rm", "--force", name], capture_output=True, text=True, timeout=120, check=False)
+    if rm.returncode != 0 and "No such container" not in rm.stderr:
+        module.fail_json(msg=f"docker rm {name} failed: {rm.stderr.strip()[:500]}")
+    run = subprocess.run(p["argv"], capture_output=True, text=True, timeout=600, check=False)
+    if run.returncode != 0:
+        module.fail_json(msg=f"docker run of {name} failed (exit {run.returncode}): {run.stderr.strip()[:1000]}")
+    wait_health(module, p, changed=True, t_start=t0)
 
 
 def prepare(module, p):
@@ -215,7 +252,11 @@ def prepare(module, p):
 def main():
     module = AnsibleModule(
         argument_spec={
-            "action": {"type": "str", "choices": ["read", "record", "prepare", "wait_health"], "default": "read"},
+            "action": {
+                "type": "str",
+                "choices": ["read", "record", "prepare", "wait_health", "start"],
+                "default": "read",
+            },
             "container": {"type": "str", "default": "vfleet-serve"},
             "state_dir": {"type": "path", "default": "/var/lib/vfleet"},
             "port": {"type": "int", "default": 8000},
@@ -223,13 +264,16 @@ def main():
             "env_file": {"type": "path"},
             "env": {"type": "dict", "no_log": True},
             "dirs": {"type": "list", "elements": "path", "default": []},
+            "argv": {"type": "list", "elements": "str"},
+            "stop_timeout": {"type": "int", "default": 30},
             "timeout": {"type": "float", "default": 1800},
             "interval": {"type": "float", "default": 1},
         },
-        required_if=[("action", "record", ["record"]), ("action", "prepare", ["env_file"])],
+        required_if=[("action", "record", ["record"]), ("action", "prepare", ["env_file"]), ("action", "start", ["argv"])],
     )
     p = module.params
-    {"read": read, "record": record, "prepare": prepare, "wait_health": wait_health}[p["action"]](module, p)
+    actions = {"read": read, "record": record, "prepare": prepare, "wait_health": wait_health, "start": start}
+    actions[p["action"]](module, p)
 
 
 if __name__ == "__main__":
