@@ -126,3 +126,13 @@ def test_limit_keeps_the_controller_plays_and_means_what_it_says() -> None:
     assert set(hosts) == {"localhost", "mi355x-01.example.internal", "mi355x-02.example.internal"}
     with pytest.raises(VfleetError, match="selects no host"):
         with_controller(EXAMPLE, "no-such-host")
+
+
+def test_forks_follow_the_run_so_a_batch_never_waits_in_rounds() -> None:
+    """ansible.cfg's 32 forks would run a batch of 250 nodes (a 1,000-node fleet at 25%) in 8 rounds of
+    drain, boot and boot-verify; the CLI asks for one fork per node of the run, within 32..256."""
+    from vfleet.fleet.ansible import MAX_FORKS, MIN_FORKS, forks_for
+
+    cfg = (ansible_dir() / "ansible.cfg").read_text()
+    assert f"forks = {MIN_FORKS}" in cfg
+    assert [forks_for(n) for n in (1, 32, 33, 250, 1000)] == [MIN_FORKS, 32, 33, 250, MAX_FORKS]

@@ -13,7 +13,7 @@ from typing import Any
 
 from vfleet.errors import VfleetError
 from vfleet.fleet import testfleet
-from vfleet.fleet.ansible import run_playbook, with_controller
+from vfleet.fleet.ansible import forks_for, limit_hosts, run_playbook, with_controller
 
 
 def _extra(pairs: list[str]) -> dict[str, Any]:
@@ -129,9 +129,15 @@ def _playbook(args: argparse.Namespace) -> int:
     if getattr(args, "json", None):
         extra["vfleet_status_file"] = str(args.json.resolve())
     limit = with_controller(inventory, args.limit) if args.limit else None
+    forks = None
+    if args.fleet_command in ("rollout", "rollback", "verify") and "ANSIBLE_FORKS" not in os.environ:
+        try:
+            forks = forks_for(len(limit_hosts(inventory, args.limit or args.targets or "vfleet_nodes")))
+        except VfleetError:
+            forks = None  # the playbook names the bad group or limit itself
     # The lock records the controller process that holds it.
     os.environ["VFLEET_CONTROLLER_PID"] = str(os.getpid())
-    proc = run_playbook(args.fleet_command, inventory, extra, limit, args.vault_password_file)
+    proc = run_playbook(args.fleet_command, inventory, extra, limit, args.vault_password_file, forks=forks)
     if proc.returncode != 0 and args.fleet_command in ("rollout", "rollback"):
         # A failed run leaves the fleet lock (Ansible runs no later play); release it if this run
         # holds it, then show where every node stands.

@@ -13,6 +13,16 @@ from vfleet import PACKAGE_DIR
 from vfleet.errors import VfleetError
 
 PLAYBOOKS = ("rollout", "rollback", "verify", "status", "lb", "unlock")
+#: forks of ansible.cfg, and the most `forks_for` asks for.
+MIN_FORKS = 32
+MAX_FORKS = 256
+
+
+def forks_for(hosts: int) -> int:
+    """Forks for a run over HOSTS nodes: one per node, so that a batch (and the waits of its nodes:
+    drain, boot, boot-verify) runs at once rather than in rounds of ansible.cfg's 32, between 32 and
+    256. A fork waiting on a node sleeps; it costs the controller memory, not CPU."""
+    return min(max(MIN_FORKS, hosts), MAX_FORKS)
 
 
 def ansible_dir() -> Path:
@@ -96,8 +106,12 @@ def run_playbook(
     vault_password_file: Path | None = None,
     capture: bool = False,
     timeout: float | None = None,
+    forks: int | None = None,
 ) -> subprocess.CompletedProcess[str]:
     argv = playbook_argv(playbook, inventory, extra_vars, limit, vault_password_file)
+    run_env = env()
+    if forks is not None:
+        run_env["ANSIBLE_FORKS"] = str(forks)
     return subprocess.run(
-        argv, env=env(), cwd=str(ansible_dir()), text=True, check=False, timeout=timeout, capture_output=capture
+        argv, env=run_env, cwd=str(ansible_dir()), text=True, check=False, timeout=timeout, capture_output=capture
     )
