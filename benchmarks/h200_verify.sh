@@ -239,6 +239,9 @@ eager() {
   stop eager
 }
 
+# Sourced (benchmarks/h200_ab.sh takes stage, setup, profile_env and stop from here): define only.
+[ "${BASH_SOURCE[0]}" != "$0" ] && return 0
+
 rc=0
 for step in "$@"; do
   case $step in
