@@ -17,29 +17,27 @@ module: vfleet_haproxy
 short_description: Read a vfleet HAProxy backend and wait for a server to drain or come up
 description:
   - C(check) verifies that the runtime API socket answers and that every server in O(servers) is in O(backend).
-  - C(wait_idle) waits until HAProxy shows no open session to O(server) and vLLM's
-    C(vllm:num_requests_running) plus C(vllm:num_requests_waiting) at O(metrics_url) are 0,
-    for O(settle) seconds in a row, at most O(timeout) seconds.
-  - C(wait_up) waits until HAProxy reports O(server) fully C(UP) (health checks passed).
-  - C(drain) sets O(server) to DRAIN, waits as C(wait_idle) does, then sets it to MAINT and waits until
+  - C(drain) sets O(server) to DRAIN, waits until HAProxy shows no open session to it and vLLM's
+    C(vllm:num_requests_running) plus C(vllm:num_requests_waiting) at O(metrics_url) are 0, for
+    O(settle) seconds in a row, at most O(timeout) seconds, then sets it to MAINT and waits until
     HAProxy reports MAINT. Without O(socket) it only waits (the operator's balancer drained it).
   - C(hold) sets O(server) to MAINT and waits until HAProxy reports it.
-  - C(ready) sets O(server) to READY and waits as C(wait_up) does.
+  - C(ready) sets O(server) to READY and waits until HAProxy reports it fully C(UP) (health checks passed).
 options:
   action:
     description: What to do.
     type: str
     required: true
-    choices: [check, wait_idle, wait_up, drain, hold, ready]
+    choices: [check, drain, hold, ready]
   socket:
-    description: HAProxy runtime API socket (level admin). Unset for wait_idle without a balancer.
+    description: HAProxy runtime API socket (level admin). Unset for drain without a balancer of ours.
     type: path
   backend:
     description: HAProxy backend of the fleet.
     type: str
     default: vfleet
   server:
-    description: Server name (the inventory host name) for wait_idle and wait_up.
+    description: Server name (the inventory host name) for drain, hold and ready.
     type: str
   servers:
     description: Server names that must exist, for check.
@@ -47,7 +45,7 @@ options:
     elements: str
     default: []
   metrics_url:
-    description: The node's vLLM /metrics URL, for wait_idle.
+    description: The node's vLLM /metrics URL, for drain.
     type: str
   settle:
     description: Seconds the idle condition must hold.
@@ -62,7 +60,7 @@ options:
     type: float
     default: 0.5
   dead_after:
-    description: Seconds of failed /metrics reads after which the node counts as dead (wait_idle).
+    description: Seconds of failed /metrics reads after which the node counts as dead (drain).
     type: float
     default: 10
 author: vfleet
@@ -71,7 +69,7 @@ author: vfleet
 EXAMPLES = r"""
 - name: Wait until node1 is idle
   vfleet_haproxy:
-    action: wait_idle
+    action: drain
     socket: /run/haproxy/admin.sock
     server: node1
     metrics_url: http://10.0.0.11:8000/metrics
@@ -84,7 +82,7 @@ servers:
   type: dict
 seconds:
   description: Seconds waited (for drain, from DRAIN to idle).
-  returned: wait_idle, wait_up, drain, ready
+  returned: drain, ready
   type: float
 started:
   description: Epoch seconds at which the node left the pool (DRAIN or MAINT was set).
@@ -92,7 +90,7 @@ started:
   type: float
 last:
   description: The last observation (sessions, running, waiting, status).
-  returned: wait_idle
+  returned: drain
   type: dict
 """
 
@@ -201,7 +199,7 @@ def drain(module, p):
     started = time.time()
     if p["socket"]:
         set_state(p, "drain")
-    result = wait_idle(module, p, finish=False)
+    result = wait_idle(module, p)
     if p["socket"]:
         set_state(p, "maint")
         wait_maint(p)
@@ -217,11 +215,11 @@ def hold(module, p):
 
 def ready(module, p):
     set_state(p, "ready")
-    wait_up(module, p, changed=True)
+    wait_up(module, p)
 
 
-def wait_idle(module, p, finish=True):
-    """Wait for the drain condition; exit (or, with FINISH false, return the result) when it holds."""
+def wait_idle(module, p):
+    """Wait for the drain condition; return the result when it holds, fail the module when it cannot."""
     t0 = time.monotonic()
     deadline = t0 + p["timeout"]
     idle_since = None
@@ -267,10 +265,7 @@ def wait_idle(module, p, finish=True):
         if idle:
             idle_since = idle_since if idle_since is not None else now
             if now - idle_since >= p["settle"]:
-                result = {"servers": servers, "last": last, "seconds": round(now - t0, 2)}
-                if not finish:
-                    return result
-                module.exit_json(changed=False, **result)
+                return {"servers": servers, "last": last, "seconds": round(now - t0, 2)}
         else:
             idle_since = None
         if now >= deadline:
@@ -286,7 +281,7 @@ def wait_idle(module, p, finish=True):
         time.sleep(p["interval"])
 
 
-def wait_up(module, p, changed=False):
+def wait_up(module, p):
     t0 = time.monotonic()
     status = "?"
     servers = {}
@@ -296,7 +291,7 @@ def wait_up(module, p, changed=False):
             raise LbError(f"HAProxy backend {p['backend']!r} has no server {p['server']!r}")
         status = servers[p["server"]]["status"]
         if status == "UP":
-            module.exit_json(changed=changed, servers=servers, seconds=round(time.monotonic() - t0, 2))
+            module.exit_json(changed=True, servers=servers, seconds=round(time.monotonic() - t0, 2))
         time.sleep(p["interval"])
     module.fail_json(
         msg=f"{p['server']}: HAProxy did not report it UP within {p['timeout']:.0f} s (status {status}); "
@@ -308,7 +303,7 @@ def wait_up(module, p, changed=False):
 def main():
     module = AnsibleModule(
         argument_spec={
-            "action": {"type": "str", "required": True, "choices": ["check", "wait_idle", "wait_up", "drain", "hold", "ready"]},
+            "action": {"type": "str", "required": True, "choices": ["check", "drain", "hold", "ready"]},
             "socket": {"type": "path"},
             "backend": {"type": "str", "default": "vfleet"},
             "server": {"type": "str"},
@@ -321,8 +316,6 @@ def main():
         },
         required_if=[
             ("action", "check", ["socket"]),
-            ("action", "wait_up", ["socket", "server"]),
-            ("action", "wait_idle", ["server", "metrics_url"]),
             ("action", "drain", ["server", "metrics_url"]),
             ("action", "hold", ["socket", "server"]),
             ("action", "ready", ["socket", "server"]),
@@ -333,7 +326,7 @@ def main():
     if module.check_mode and p["action"] in ("drain", "hold", "ready"):
         module.exit_json(changed=True, msg=f"check mode: {p['server']} would be set to {p['action']}")
     try:
-        actions = {"check": check, "wait_idle": wait_idle, "wait_up": wait_up, "drain": drain, "hold": hold, "ready": ready}
+        actions = {"check": check, "drain": drain, "hold": hold, "ready": ready}
         actions[p["action"]](module, p)
     except LbError as exc:
         module.fail_json(msg=str(exc))

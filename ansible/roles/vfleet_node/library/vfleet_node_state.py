@@ -19,11 +19,10 @@ options:
     description: >-
       read; record (write O(record) to O(state_dir)/deployed.json, atomically); prepare (create
       O(state_dir) and O(dirs), and write O(env) to O(env_file) with mode 0600, for the container's --env-file);
-      wait_health (poll /health until 200 within O(timeout), failing at once with the log tail when the
-      container exits); or start (docker stop with O(stop_timeout), docker rm, docker run O(argv), then
-      wait_health).
+      or start (docker stop with O(stop_timeout), docker rm, docker run O(argv), then poll /health until
+      200 within O(timeout), failing at once with the log tail when the container exits).
     type: str
-    choices: [read, record, prepare, wait_health, start]
+    choices: [read, record, prepare, start]
     default: read
   container:
     description: Name of the serving container.
@@ -47,11 +46,11 @@ options:
     description: KEY -> value lines of the env file (action prepare); empty values are left out.
     type: dict
   timeout:
-    description: Seconds to wait for /health (action wait_health).
+    description: Seconds to wait for /health (action start).
     type: float
     default: 1800
   interval:
-    description: Seconds between polls (action wait_health).
+    description: Seconds between polls (action start).
     type: float
     default: 1
   argv:
@@ -90,8 +89,8 @@ healthy:
   returned: read
   type: bool
 seconds:
-  description: Seconds until /health answered 200 (wait_health); from docker stop to healthy (start).
-  returned: wait_health, start
+  description: Seconds from docker stop to healthy.
+  returned: start
   type: float
 """
 
@@ -163,14 +162,14 @@ def _health(port):
         return 0
 
 
-def wait_health(module, p, changed=False, t_start=None):
+def wait_health(module, p, t_start):
     """One module run for the whole wait: a poll costs an HTTP request, not an Ansible task."""
     t0 = time.monotonic()
     status = 0
     while time.monotonic() - t0 < p["timeout"]:
         status = _health(p["port"])
         if status == 200:
-            module.exit_json(changed=changed, seconds=round(time.monotonic() - (t_start or t0), 1))
+            module.exit_json(changed=True, seconds=round(time.monotonic() - t_start, 1))
         state = subprocess.run(
             ["docker", "container", "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", p["container"]],
             capture_output=True,
@@ -218,7 +217,7 @@ def start(module, p):
     run = subprocess.run(p["argv"], capture_output=True, text=True, timeout=600, check=False)
     if run.returncode != 0:
         module.fail_json(msg=f"docker run of {name} failed (exit {run.returncode}): {run.stderr.strip()[:1000]}")
-    wait_health(module, p, changed=True, t_start=t0)
+    wait_health(module, p, t0)
 
 
 def prepare(module, p):
@@ -254,7 +253,7 @@ def main():
         argument_spec={
             "action": {
                 "type": "str",
-                "choices": ["read", "record", "prepare", "wait_health", "start"],
+                "choices": ["read", "record", "prepare", "start"],
                 "default": "read",
             },
             "container": {"type": "str", "default": "vfleet-serve"},
@@ -272,7 +271,7 @@ def main():
         required_if=[("action", "record", ["record"]), ("action", "prepare", ["env_file"]), ("action", "start", ["argv"])],
     )
     p = module.params
-    actions = {"read": read, "record": record, "prepare": prepare, "wait_health": wait_health, "start": start}
+    actions = {"read": read, "record": record, "prepare": prepare, "start": start}
     actions[p["action"]](module, p)
 
 
