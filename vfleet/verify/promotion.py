@@ -99,17 +99,23 @@ AB_REPORT = "ab.json"
 def last_promoted(profile: str, registry: Path, other_than: str) -> dict[str, Any] | None:
     """The newest registry entry for ``profile`` whose digest is not ``other_than`` (the baseline an
     A/B gate compares against), or None for the profile's first image."""
+    found = [e for e in _entries(registry) if e.get("profile") == profile and e.get("digest") != other_than]
+    return found[-1] if found else None
+
+
+def _entries(registry: Path) -> list[dict[str, Any]]:
+    """The registry's entries, oldest first (unreadable lines skipped); [] when there is no file."""
     if not registry.is_file():
-        return None
-    found = None
+        return []
+    out = []
     for line in registry.read_text().splitlines():
         try:
             e = json.loads(line)
         except ValueError:
             continue
-        if isinstance(e, dict) and e.get("profile") == profile and e.get("digest") != other_than:
-            found = e
-    return found
+        if isinstance(e, dict):
+            out.append(e)
+    return out
 
 
 def ab_problems(rep: dict[str, Any], baseline: str, digest: str, profile: str) -> list[str]:
@@ -205,14 +211,5 @@ def promote(
 def is_promoted(image: str, profile: str, registry: Path | None = None) -> dict[str, Any] | None:
     registry = registry or default_registry()
     digest = resolve_digest(image)
-    if not registry.is_file():
-        return None
-    found = None
-    for line in registry.read_text().splitlines():
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(e, dict) and e.get("digest") == digest and e.get("profile") == profile:
-            found = e
-    return found
+    found = [e for e in _entries(registry) if e.get("digest") == digest and e.get("profile") == profile]
+    return found[-1] if found else None
