@@ -524,6 +524,77 @@ def test_a_node_that_dies_mid_drain_fails_the_run_and_says_so(ctx: Ctx) -> None:
     ctx.assert_on(n4, "good-1")
 
 
+def _wedge_port(ctx: Ctx, node: str, ref: str, port: int = 8000, tries: int = 40) -> int:
+    """Kill NODE (the whole Docker-in-Docker host) while its dockerd starts a container that
+    publishes PORT, until the restarted daemon refuses PORT although no container publishes it: the
+    state CI hit when the lifecycle test's canary was killed between `docker run`'s create and start.
+    The fault is the real daemon's; only the moment of the kill is searched for (the window is a few
+    tenths of a second after `docker run` begins). Returns the number of kills it took."""
+    argv = ["docker", "exec", node, "docker", "run", "--detach", "--name", "vfleet-serve", "-p", f"{port}:8000", ref]
+    probe = [
+        "docker",
+        "exec",
+        node,
+        "docker",
+        "run",
+        "--detach",
+        "--name",
+        "vfleet-wedge-probe",
+        "-p",
+        f"{port}:8000",
+        ref,
+    ]
+    delay = 0.15
+    for attempt in range(1, tries + 1):
+        ctx.fleet.node_docker(node, "rm", "--force", "vfleet-serve", check=False)
+        run = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        docker("kill", node)
+        run.wait(timeout=60)
+        docker("start", node)
+        testfleet.wait_dockerd(node)
+        state = ctx.fleet.node_docker(
+            node, "container", "inspect", "--format", "{{.State.Status}}", "vfleet-serve", check=False
+        ).strip()
+        ctx.fleet.node_docker(node, "rm", "--force", "vfleet-serve", check=False)
+        if state == "created":
+            p = subprocess.run(probe, capture_output=True, text=True, timeout=120, check=False)
+            ctx.fleet.node_docker(node, "rm", "--force", "vfleet-wedge-probe", check=False)
+            if p.returncode != 0 and "port is already allocated" in p.stderr:
+                return attempt
+            delay += 0.02 if attempt % 2 else -0.02
+        elif state:  # already started: kill earlier
+            delay = max(0.02, delay - 0.04)
+        else:  # not created yet: kill later
+            delay += 0.05
+    raise AssertionError(f"{node}: no kill in {tries} left the daemon holding port {port}")
+
+
+@pytest.mark.injected_fault
+def test_a_node_killed_while_starting_its_container_names_the_daemon_restart(ctx: Ctx) -> None:
+    """A node's dockerd killed between a container's create and start keeps the host port allocated
+    after it comes back, with no container publishing it; the swap cannot start the serving container
+    there, and going back to the previous image cannot either. The run fails naming the fix (restart
+    the daemon), the node stays out of the pool, and after a daemon restart the same rollout brings it
+    back. (CI's run of stop 18 failed the lifecycle test's recovery on exactly this.)"""
+    n4 = ctx.names[3]
+    kills = _wedge_port(ctx, n4, ctx.refs["good-1"])
+    FIGURES["port_wedge_kills"] = kills
+    proc = ctx.cli("stale_port", "rollout", "--image", ctx.refs["good-1"], "--limit", n4)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    text = flat(proc.stdout)
+    assert "holds host port 8000 although no container publishes it" in text, proc.stdout[-3000:]
+    assert "restart the Docker daemon on the node" in text
+    assert ctx.lb_status()[n4] != "UP"
+    assert ctx.fleet.serving(n4) is None, "the container that could not start was left behind"
+    # The operator restarts the daemon (here: the node, whose main process it is) and runs it again.
+    docker("restart", "--time", "5", n4)
+    testfleet.wait_dockerd(n4)
+    proc = ctx.cli("stale_port_after_restart", "rollout", "--image", ctx.refs["good-1"], "--limit", n4)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    ctx.assert_on(n4, "good-1")
+
+
 def test_bad_balancer_input_is_named_and_nothing_is_swapped(ctx: Ctx) -> None:
     before = ctx.snapshot()
     proc = ctx.cli(

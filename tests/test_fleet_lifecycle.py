@@ -114,7 +114,13 @@ class Lifecycle:
         t0 = time.monotonic()
         out, _ = proc.communicate(timeout=1500)
         FIGURES["wall_s"][step] = round(time.monotonic() - t0, 1)
+        self.keep_log(step, out)
         return subprocess.CompletedProcess(argv, proc.returncode, out, "")
+
+    def keep_log(self, step: str, out: str) -> None:
+        logs = cache_dir() / "lifecycle-logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / f"{step}.log").write_text(out)
 
     def stop_commands(self) -> None:
         for proc in self.procs:
@@ -237,17 +243,23 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
 
 
 def _ok(proc: subprocess.CompletedProcess[str] | subprocess.Popen[str], what: str) -> None:
+    """The step passed; if not, the message leads with the lines that say why (the whole output is in
+    .cache/fleet/lifecycle-logs/STEP.log), then the output's end."""
     assert isinstance(proc, subprocess.CompletedProcess)
-    assert proc.returncode == 0, f"{what} failed:\n{proc.stdout[-5000:]}"
+    why = [line for line in proc.stdout.splitlines() if line.startswith(("fatal:", "failed:")) or "FAILED!" in line]
+    assert proc.returncode == 0, f"{what} failed:\n" + "\n".join(why)[-4000:] + f"\n...\n{proc.stdout[-3000:]}"
 
 
 def _kill_during_swap(life: Lifecycle, node: str, before_id: str, timeout: float = 600) -> float:
     """Kill NODE (the whole Docker-in-Docker host) once its swap has stopped the old container and
-    started the new one: past the drain, so no request is in flight on it. Returns when it happened."""
+    started the new one: past the drain, so no request is in flight on it. Returns when it happened.
+    The new container must be running, not only created: a daemon killed between create and start
+    keeps the host port allocated after it comes back (test_ansible_fleet's stale-port scenario
+    covers that case, which needs a daemon restart)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         info = life.fleet.serving(node)
-        if info is not None and info["Id"] != before_id:
+        if info is not None and info["Id"] != before_id and info["State"]["Running"]:
             docker("kill", node)
             return time.time()
         time.sleep(0.5)
@@ -313,6 +325,7 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     t0 = time.monotonic()
     killed_at = _kill_during_swap(life, n1, before[n1])
     out, _ = bg.communicate(timeout=900)
+    life.keep_log("rollout_C_canary_killed", out)
     FIGURES["wall_s"]["rollout_C_canary_killed"] = round(time.monotonic() - t0, 1)
     assert bg.returncode != 0, out[-3000:]
     assert n1 in out and ("UNREACHABLE" in out or "unreachable" in out), out[-3000:]

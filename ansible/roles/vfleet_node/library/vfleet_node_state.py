@@ -216,8 +216,37 @@ def start(module, p):
         module.fail_json(msg=f"docker rm {name} failed: {rm.stderr.strip()[:500]}")
     run = subprocess.run(p["argv"], capture_output=True, text=True, timeout=600, check=False)
     if run.returncode != 0:
+        if "port is already allocated" in run.stderr:
+            module.fail_json(msg=_port_taken(name, p["port"], run.stderr))
         module.fail_json(msg=f"docker run of {name} failed (exit {run.returncode}): {run.stderr.strip()[:1000]}")
     wait_health(module, p, t0)
+
+
+def _port_taken(name, port, stderr):
+    """docker run failed because the host port is allocated. Either another container publishes it,
+    or no container does: then the Docker daemon holds the port for a container it was starting when
+    it was killed (dockerd restores the allocation, not the container, after an unclean stop; seen on
+    the test fleet by killing a node during `docker run`), and only a daemon restart frees it."""
+    # docker run leaves the container it could not start in state "created"; remove it.
+    subprocess.run(["docker", "rm", "--force", name], capture_output=True, text=True, timeout=120, check=False)
+    holders = subprocess.run(
+        ["docker", "ps", "--all", "--filter", f"publish={port}", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    ).stdout.split()
+    if holders:
+        return (
+            f"docker run of {name} failed: host port {port} is published by container {', '.join(holders)} on "
+            f"this node; stop that container or serve on another port (vfleet_node_host_port)"
+        )
+    return (
+        f"docker run of {name} failed: the Docker daemon on this node holds host port {port} although no "
+        f"container publishes it (a daemon stopped uncleanly while it was starting a container keeps that "
+        f"port allocated); restart the Docker daemon on the node (systemctl restart docker) and run the "
+        f"rollout again. docker said: {stderr.strip()[-300:]}"
+    )
 
 
 def prepare(module, p):
@@ -268,7 +297,11 @@ def main():
             "timeout": {"type": "float", "default": 1800},
             "interval": {"type": "float", "default": 1},
         },
-        required_if=[("action", "record", ["record"]), ("action", "prepare", ["env_file"]), ("action", "start", ["argv"])],
+        required_if=[
+            ("action", "record", ["record"]),
+            ("action", "prepare", ["env_file"]),
+            ("action", "start", ["argv"]),
+        ],
     )
     p = module.params
     actions = {"read": read, "record": record, "prepare": prepare, "start": start}
