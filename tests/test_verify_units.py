@@ -43,6 +43,16 @@ def test_finish_check_on_recorded_metrics(reason: str) -> None:
     assert ("saw 3 error and 0 abort" if reason == "error" else "saw 0 error and 3 abort") in msg, msg
 
 
+def test_metrics_that_are_not_prometheus_text_are_an_error_not_an_empty_snapshot() -> None:
+    # A proxy's HTML error page, or a cut-off exposition: read as "no samples", it would pass the
+    # finish check (no error, no abort) without having read anything.
+    with pytest.raises(ValueError, match="/metrics is not Prometheus text"):
+        Metrics("<html><body>502 Bad Gateway</body></html>\n")
+    cut = METRICS.read_text()[:5000].rsplit("\n", 1)[0] + '\nvllm:num_requests_running{engine="0'
+    with pytest.raises(ValueError, match="/metrics is not Prometheus text"):
+        Metrics(cut)
+
+
 def test_cache_pool_missing_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="lacks num_gpu_blocks/block_size"):
         Metrics('vllm:cache_config_info{block_size="16"} 1.0\n').cache_pool()

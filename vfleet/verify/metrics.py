@@ -1,13 +1,12 @@
-"""A small parser for the Prometheus text that vLLM serves on /metrics."""
+"""vLLM's /metrics (Prometheus text), read with prometheus_client's parser, and the questions
+boot-verify asks of it."""
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
-_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\d+)?$")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+from prometheus_client.parser import text_string_to_metric_families
 
 
 @dataclass(frozen=True)
@@ -18,21 +17,16 @@ class Sample:
 
 
 def parse(text: str) -> list[Sample]:
-    out: list[Sample] = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _LINE.match(line)
-        if not m:
-            continue
-        labels = {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _LABEL.findall(m.group(3) or "")}
-        try:
-            value = float(m.group(4))
-        except ValueError:
-            continue
-        out.append(Sample(m.group(1), labels, value))
-    return out
+    """Every sample of a Prometheus text exposition. Text that is not one is an error (a gate that
+    cannot read /metrics must not read it as "no samples")."""
+    try:
+        return [
+            Sample(s.name, dict(s.labels), float(s.value))
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        ]
+    except ValueError as exc:
+        raise ValueError(f"/metrics is not Prometheus text ({exc}); its start: {text[:200]!r}") from exc
 
 
 class Metrics:
