@@ -337,8 +337,13 @@ def test_aa_run_on_a_real_server_is_inconclusive(servers: dict[str, Any], tmp_pa
         assert m["arm"] == arm_order(m["round"])[m["position"]]
     assert len({m["salt"] for m in ms + rep["warmup"]}) == len(ms) + len(rep["warmup"])
     assert (out / report_mod.PLOT_NAME).stat().st_size > 0 and "A/A" in (out / report_mod.MD_NAME).read_text()
-    print(f"\nFIGURES A/A on one server in {wall:.0f} s: " + "; ".join(
-        f"C{c['level']} {c['metric']} {c['ratio']:.3f} [{c['low']:.3f}, {c['high']:.3f}]" for c in rep["comparisons"]))
+    print(
+        f"\nFIGURES A/A on one server in {wall:.0f} s: "
+        + "; ".join(
+            f"C{c['level']} {c['metric']} {c['ratio']:.3f} [{c['low']:.3f}, {c['high']:.3f}]"
+            for c in rep["comparisons"]
+        )
+    )
 
 
 @pytest.mark.slow
@@ -355,9 +360,13 @@ def test_known_slowdown_is_found_worse(servers: dict[str, Any], tmp_path: Path) 
     assert "WORSE" in proc.stdout and (out / report_mod.PLOT_NAME).is_file()
     c8 = {c["metric"]: c for c in rep["comparisons"] if c["level"] == 8}
     assert c8["out_tok_per_s"]["high"] < 0.95 and c8["ttft_p50_ms"]["low"] > 1.05
-    print(f"\nFIGURES A/B max-num-seqs 32 vs 1 in {wall:.0f} s: " + "; ".join(
-        f"C{c['level']} {c['metric']} {c['ratio']:.3f} [{c['low']:.3f}, {c['high']:.3f}] {c['verdict']}"
-        for c in rep["comparisons"]))
+    print(
+        f"\nFIGURES A/B max-num-seqs 32 vs 1 in {wall:.0f} s: "
+        + "; ".join(
+            f"C{c['level']} {c['metric']} {c['ratio']:.3f} [{c['low']:.3f}, {c['high']:.3f}] {c['verdict']}"
+            for c in rep["comparisons"]
+        )
+    )
 
 
 @pytest.mark.slow

@@ -32,6 +32,7 @@ from vfleet.fleet.ansible import env as ansible_env
 from vfleet.fleet.ansible import playbook_argv
 from vfleet.fleet.docker import docker
 from vfleet.fleet.images import build_fake_images, build_node_image, cache_dir
+from vfleet.paths import profiles_digest
 
 pytestmark = pytest.mark.slow
 
@@ -637,6 +638,43 @@ def test_preflight_refuses_an_image_that_is_not_promoted(ctx: Ctx, tmp_path: Pat
     assert proc.returncode != 0
     assert "not promoted" in flat(proc.stdout), proc.stdout[-3000:]
     assert ctx.snapshot() == before
+
+
+def test_rollout_refuses_an_image_of_other_serve_profiles_before_any_node_is_touched(ctx: Ctx) -> None:
+    """The image's org.vfleet.profiles.digest label must be the controller's serve_configs digest (the
+    copy it renders and boot-verifies with); otherwise the run stops after the pull, before the canary.
+    With the right label, every node's container is started with that digest, which the real
+    entrypoint checks against its own copy (tests/test_image_serve.py; the lifecycle test runs it)."""
+    ours = profiles_digest()
+    other = "sha256:" + "0" * 64
+    refs = {}
+    for variant, digest in (("profiles-other", other), ("profiles-ours", ours)):
+        local = f"{FAKE}:{variant}"
+        subprocess.run(
+            ["docker", "build", "--quiet", "-t", local, "-"],
+            input=f"FROM {FAKE}:good-2\nLABEL org.vfleet.profiles.digest={digest}\n",
+            text=True,
+            capture_output=True,
+            check=True,
+            timeout=300,
+            env={**os.environ, "DOCKER_BUILDKIT": "0"},
+        )
+        refs[variant] = ctx.fleet.push(local)
+    before = ctx.snapshot()
+    proc = ctx.cli("profiles_other", "rollout", "--image", refs["profiles-other"], vfleet_node_check_profiles=True)
+    assert proc.returncode != 0
+    text = flat(proc.stdout)
+    assert f"carries serve profiles {other}, but this controller's checkout has {ours}" in text, proc.stdout[-3000:]
+    assert "No node has been touched" in text
+    assert ctx.snapshot() == before
+
+    proc = ctx.cli("profiles_ours", "rollout", "--image", refs["profiles-ours"], vfleet_node_check_profiles=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    want = docker("image", "inspect", "--format", "{{.Id}}", f"{FAKE}:profiles-ours").strip()
+    for n in ctx.names:
+        info = ctx.serving(n)
+        assert info["Image"] == want and ctx.fleet.health(n) == 200, n
+        assert f"VFLEET_PROFILES_DIGEST={ours}" in info["Config"]["Env"], info["Config"]["Env"]
 
 
 def test_unreachable_node_stops_the_rollout_before_any_swap(ctx: Ctx) -> None:

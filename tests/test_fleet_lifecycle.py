@@ -1,12 +1,12 @@
 """The fleet's day-2 lifecycle, as an operator runs it, under live traffic.
 
-Three builds of the REAL vfleet CPU image (A, and B and C: A plus a layer that changes the tiny
-profile's description, as a profile-only release would), three Docker-in-Docker nodes, a local
-registry and the HAProxy balancer that `lb.yml` sets up. Every step is the operator's CLI
-(`vfleet fleet rollout|rollback|verify|status`), with the real `vfleet verify` on every node (no
-stand-in) and the promotion check on throughout (each build is promoted first, from a boot-verify of
-it on the controller, the way a staging node would). A load generator sends steady streaming
-completions through the balancer for the whole sequence after the first deploy:
+Three builds of the REAL vfleet CPU image (A, and B and C: A plus a layer, with the same serve
+profiles, which the rollout checks against the controller's and the entrypoint against its own),
+three Docker-in-Docker nodes, a local registry and the HAProxy balancer that `lb.yml` sets up.
+Every step is the operator's CLI (`vfleet fleet rollout|rollback|verify|status`), with the real
+`vfleet verify` on every node (no stand-in) and the promotion check on throughout (each build is
+promoted first, from a boot-verify of it on the controller, the way a staging node would). A load
+generator sends steady streaming completions through the balancer for the whole sequence after the first deploy:
 
   deploy A -> roll out B -> roll out C -> roll back (to B) -> verify -> re-run B (no-op)
   -> roll out C with the canary killed during its swap -> recovery (start it again, roll out B)
@@ -36,11 +36,13 @@ from typing import Any
 
 import pytest
 
-from vfleet import PACKAGE_DIR, tinymodel
+from vfleet import tinymodel
 from vfleet.fleet import testfleet
-from vfleet.fleet.docker import docker, docker_bin, image_exists
+from vfleet.fleet.docker import docker, docker_bin
 from vfleet.fleet.images import build_node_image, cache_dir
 from vfleet.fleet.loadgen import LoadGen
+from vfleet.paths import profiles_digest
+from vfleet.server import image_labels
 
 pytestmark = [
     pytest.mark.slow,
@@ -56,12 +58,13 @@ VFLEET = [sys.executable, "-m", "vfleet"]
 
 
 def _build_variant(base: str, tag: str, label: str) -> None:
-    """BASE plus one layer that changes the tiny profile's description (a profile-only release)."""
+    """BASE plus one layer (a release note file): another image, with the same serve profiles, as a
+    rebuild of the same release would be. (A layer that changed a profile would make the image's copy
+    differ from the controller's, which the rollout refuses and the entrypoint refuses too.)"""
     with tempfile.TemporaryDirectory(dir=cache_dir()) as ctx:
-        text = (PACKAGE_DIR.parent / "serve_configs/models/tiny/model.yaml").read_text()
-        (Path(ctx) / "model.yaml").write_text(text.replace("description: ", f"description: ({label}) ", 1))
+        (Path(ctx) / "RELEASE").write_text(f"vfleet lifecycle test build {label}\n")
         (Path(ctx) / "Dockerfile").write_text(
-            f"FROM {base}\nCOPY model.yaml /opt/vfleet/serve_configs/models/tiny/model.yaml\n"
+            f"FROM {base}\nCOPY RELEASE /opt/vfleet/RELEASE\n"
             f'LABEL org.vfleet.role=fleet-test-build org.vfleet.test-build="{label}"\n'
         )
         subprocess.run(
@@ -198,7 +201,9 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     tmp = tmp_path_factory.mktemp("lifecycle")
     t0 = time.monotonic()
     base = image_ref("cpu")
-    if not image_exists(base):
+    # Built here if missing, and rebuilt if it was built from other serve profiles (an older checkout):
+    # the entrypoint refuses a line rendered from this checkout on such an image.
+    if (image_labels(base) or {}).get("org.vfleet.profiles.digest") != profiles_digest():
         build_image("cpu")
     model = tinymodel.build()
     build_node_image()

@@ -184,3 +184,33 @@ def test_no_profile_chosen_is_a_clear_error(
     monkeypatch.setenv("VLLM_API_KEY", KEY)
     assert main(["serve", "--dry-run"]) == 3
     assert "set VFLEET_PROFILE=MODEL/PLATFORM" in capsys.readouterr().err
+
+
+def test_a_container_serves_only_the_profiles_its_line_was_rendered_from(
+    serve_env: Path,
+    config_tree: ConfigTree,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`vfleet render` names its serve profiles in the docker run line (VFLEET_PROFILES_DIGEST); the
+    entrypoint refuses a copy that differs: a node never serves another profile than the controller
+    rendered and boot-verifies."""
+    monkeypatch.setenv("VLLM_API_KEY", KEY)
+    assert main(["render", "tiny/cpu", "--format", "docker", "--image", "img"]) == 0
+    line = shlex.split(capsys.readouterr().out.strip())
+    pinned = [a for a in line if a.startswith("VFLEET_PROFILES_DIGEST=")]
+    assert len(pinned) == 1 and pinned[0].split("=", 1)[1].startswith("sha256:"), line
+    digest = pinned[0].split("=", 1)[1]
+    monkeypatch.setenv("VFLEET_PROFILES_DIGEST", digest)
+    assert main(["serve", "--dry-run"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+
+    # The image's copy changes (another release): refused before anything else is checked.
+    config_tree.edit("models/tiny/model.yaml", lambda d: d["vllm"].__setitem__("max-num-seqs", 3))
+    assert main(["serve", "--dry-run"]) == 3
+    err = capsys.readouterr().err
+    assert "are not the ones this container was rendered from" in err and digest in err, err
+
+    # A hand-written docker run line without the variable is not checked.
+    monkeypatch.delenv("VFLEET_PROFILES_DIGEST")
+    assert main(["serve", "--dry-run"]) == 0

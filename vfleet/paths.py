@@ -28,6 +28,16 @@ def serve_configs_dir() -> Path:
     return Path(override) if override else home() / "serve_configs"
 
 
+def profiles_digest() -> str:
+    """Digest of the serve profiles this process reads (serve_configs/), computed as `vfleet image
+    build` computes the image label org.vfleet.profiles.digest: a checkout and an image built from it
+    give the same value."""
+    from vfleet.images import tree_digest
+
+    root = serve_configs_dir()
+    return tree_digest([root], root.parent)
+
+
 def versions() -> dict[str, Any]:
     path = home() / "versions.json"
     try:

@@ -8,13 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from vfleet import __version__
-from vfleet.paths import versions
+from vfleet.paths import profiles_digest, versions
 from vfleet.profiles import Profile
 from vfleet.vllm_args import config_yaml, serve_argv
 
 #: Where images keep the compile caches (Triton, AITER JIT, torch.compile); mount a volume here.
 CACHE_DIR = "/root/.cache"
 LABEL_PREFIX = "org.vfleet"
+#: The serve-profiles digest a `docker run` line was rendered from; the entrypoint checks its copy.
+PROFILES_DIGEST_ENV = "VFLEET_PROFILES_DIGEST"
 
 
 def env_lines(profile: Profile) -> list[str]:
@@ -44,6 +46,9 @@ class DockerRun:
     detach: bool = True
     extra_labels: dict[str, str] = field(default_factory=dict)
     extra_vllm_args: list[str] = field(default_factory=list)
+    #: Tell the entrypoint which serve profiles this line was rendered from (VFLEET_PROFILES_DIGEST):
+    #: it refuses to start when its own copy differs, so the container serves what was rendered.
+    pin_profiles: bool = True
 
 
 def docker_run_argv(profile: Profile, opts: DockerRun) -> list[str]:
@@ -83,6 +88,8 @@ def docker_run_argv(profile: Profile, opts: DockerRun) -> list[str]:
         argv += ["--env-file", opts.env_file]
     # The image applies the profile's environment itself; only the selection travels here.
     argv += ["--env", f"VFLEET_PROFILE={profile.name}"]
+    if opts.pin_profiles:
+        argv += ["--env", f"{PROFILES_DIGEST_ENV}={profiles_digest()}"]
     argv.append(opts.image)
     argv += opts.extra_vllm_args
     return argv

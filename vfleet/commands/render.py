@@ -8,6 +8,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from vfleet.paths import profiles_digest
 from vfleet.profiles import Catalog
 from vfleet.render import DockerRun, default_image, docker_run_argv, env_lines, render_text
 from vfleet.rules import enforce
@@ -69,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             "served_model_name": profile.served_model_name(),
             "port": profile.port(),
             "image": opts.image,
+            "profiles_digest": profiles_digest(),
             "docker_run": docker_run_argv(profile, opts),
         }
         print(json.dumps(doc, indent=2))

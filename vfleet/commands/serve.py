@@ -245,6 +245,26 @@ def banner(
 # -- run ------------------------------------------------------------------------------------------
 
 
+def check_profiles_digest(env: dict[str, str]) -> None:
+    """A `docker run` line from `vfleet render` (and so every fleet node) names the serve profiles it
+    was rendered from; this copy must be the same, or the node would serve another profile than the
+    one the controller checked, rendered and will boot-verify. A line without it is not checked."""
+    from vfleet.paths import profiles_digest
+    from vfleet.render import PROFILES_DIGEST_ENV
+
+    want = env.get(PROFILES_DIGEST_ENV, "")
+    if not want:
+        return
+    have = profiles_digest()
+    if have != want:
+        raise PreflightError(
+            f"the serve profiles in this image ({have}) are not the ones this container was rendered from "
+            f"({want}, {PROFILES_DIGEST_ENV}): the image and the vfleet checkout that rendered the line are "
+            "of different releases. Render with the checkout the image was built from (its label "
+            "org.vfleet.revision), or build and roll out an image from this checkout"
+        )
+
+
 def prepare(extra: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str], str]:
     """Everything up to the exec: returns (argv, environment, banner). Raises on any failed check."""
     from vfleet.detect import select
@@ -252,6 +272,7 @@ def prepare(extra: list[str], env: dict[str, str]) -> tuple[list[str], dict[str,
     from vfleet.rules import enforce
     from vfleet.vllm_args import serve_argv, write_config
 
+    check_profiles_digest(env)
     secrets = load_secrets(env)
     if not env.get("VFLEET_PROFILE") and not env.get("VFLEET_MODEL"):
         raise PreflightError(

@@ -104,6 +104,9 @@ import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
 
+PROFILES_ENV = "VFLEET_PROFILES_DIGEST"
+PROFILES_LABEL = "org.vfleet.profiles.digest"
+
 
 def _record_path(p):
     return os.path.join(p["state_dir"], "deployed.json")
@@ -214,12 +217,40 @@ def start(module, p):
     rm = subprocess.run(["docker", "rm", "--force", name], capture_output=True, text=True, timeout=120, check=False)
     if rm.returncode != 0 and "No such container" not in rm.stderr:
         module.fail_json(msg=f"docker rm {name} failed: {rm.stderr.strip()[:500]}")
-    run = subprocess.run(p["argv"], capture_output=True, text=True, timeout=600, check=False)
+    run = subprocess.run(_pin_profiles(p["argv"]), capture_output=True, text=True, timeout=600, check=False)
     if run.returncode != 0:
         if "port is already allocated" in run.stderr:
             module.fail_json(msg=_port_taken(name, p["port"], run.stderr))
         module.fail_json(msg=f"docker run of {name} failed (exit {run.returncode}): {run.stderr.strip()[:1000]}")
     wait_health(module, p, t0)
+
+
+def _pin_profiles(argv):
+    """The rendered line names the controller's serve profiles (VFLEET_PROFILES_DIGEST=...); the
+    container is started with the digest its image is labelled with instead, so the entrypoint checks
+    that the image's copy is the one its label claims. The rollout has already checked that label
+    against the controller's copy; a rollback or a restore goes back to an image of an older release,
+    whose own profiles it served before. An image without the label gets no check (not a vfleet build)."""
+    prefix = PROFILES_ENV + "="
+    if not any(a.startswith(prefix) for a in argv):
+        return argv
+    label = subprocess.run(
+        ["docker", "image", "inspect", "--format", '{{ index .Config.Labels "' + PROFILES_LABEL + '" }}', argv[-1]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    ).stdout.strip()
+    label = "" if label == "<no value>" else label
+    out = []
+    for a in argv:
+        if a.startswith(prefix):
+            if not label:
+                out.pop()  # its --env
+                continue
+            a = prefix + label
+        out.append(a)
+    return out
 
 
 def _port_taken(name, port, stderr):
