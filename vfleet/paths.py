@@ -1,11 +1,10 @@
 """Where vfleet finds its data: a checkout, or the copy baked into an image."""
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from vfleet import PACKAGE_DIR
+from vfleet import PACKAGE_DIR, pins
 from vfleet.errors import VfleetError
 
 
@@ -39,12 +38,8 @@ def profiles_digest() -> str:
 
 
 def versions() -> dict[str, Any]:
-    path = home() / "versions.json"
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise VfleetError(f"{path}: cannot read the pin file ({exc}); restore it from git") from exc
-    return data
+    """versions.json of the vfleet home (the checkout, or the copy an image carries)."""
+    return pins.read(home() / "versions.json")
 
 
 def reports_dir() -> Path:

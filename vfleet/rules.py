@@ -203,7 +203,7 @@ RULES: list[Rule] = [
             "shutdown-timeout seconds (0, the default, aborts them), and docker kills the container after "
             "its stop timeout"
         ),
-        source="vLLM 0.30.0 --shutdown-timeout (vllm/engine/arg_utils.py, v1/engine/core.py); issue 10",
+        source="vLLM --shutdown-timeout (vllm/engine/arg_utils.py, v1/engine/core.py of the pinned base); issue 10",
         fix=(
             "set vllm shutdown-timeout (e.g. 120) in the model layer, and the platform's runtime.stop_timeout "
             f"at least {SHUTDOWN_MARGIN_S} s longer"

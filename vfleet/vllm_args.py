@@ -1,6 +1,6 @@
 """How a profile's vLLM arguments reach `vllm serve`, and a check of them with vLLM's own parser.
 
-vLLM 0.30.0 has a trap beyond the underscore one: `vllm serve --config F` expands the file in the
+The pinned vLLM (versions.json) has a trap beyond the underscore one: `vllm serve --config F` expands the file in the
 top-level `vllm` parser, which knows no `--no-<key>` options, so *every* `key: false` in the file is
 silently dropped (checked against the installed parser in tests/test_vllm_parser.py). vfleet therefore
 writes the true/valued keys to the --config file and passes each false key as `--no-<key>` on the

@@ -3,7 +3,7 @@
 dockerd    make sure a Docker daemon runs (installs docker.io and starts dockerd when needed)
 base       the Debian bookworm base: debootstrap --variant=minbase + docker import (pinned tag)
 wheels     download the CPU image's pinned wheels into .cache/image-wheels
-standin    a local stand-in for the pinned GPU base images (real vLLM 0.30.0 Python tree, no GPU)
+standin    a local stand-in for the pinned GPU base images (the pinned vLLM's Python tree, no GPU)
 build      build images/Dockerfile.FAMILY with the OCI labels (cpu, cuda, rocm)
 layers     print an image's layers and their sizes in bytes
 step       a build step run inside the Dockerfiles (patch, verify)

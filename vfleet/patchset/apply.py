@@ -116,7 +116,7 @@ def apply(root: Path, platform: str, *, expect_version: str | None = None) -> di
             f"{root}: already patched ({MANIFEST} exists); applying twice is refused. "
             "Start again from an unpatched vLLM tree."
         )
-    if have.split("+", 1)[0] != want:  # a local build suffix (0.30.0+rocm...) is the same release
+    if have.split("+", 1)[0] != want:  # a local build suffix (X.Y.Z+rocm...) is the same release
         raise ApplyError(
             f"{root}: vLLM {have} is not the pinned base {want}; the patches are written for {want}. "
             f"Install vLLM {want} there (or run `vfleet patches status --base {have}` for a rebase report)."

