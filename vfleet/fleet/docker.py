@@ -1,48 +1,22 @@
-"""A thin, typed wrapper over the `docker` CLI of the controller's daemon."""
+"""The fleet's docker calls on the controller's daemon: output as text, and lookups by label."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from typing import Any
 
-from vfleet.errors import VfleetError
+from vfleet.dockerd import docker as _run
+from vfleet.dockerd import docker_bin
+
+__all__ = ["docker", "docker_bin", "ids_by_label", "image_exists", "inspect"]
 
 
-def docker_bin() -> str:
-    exe = shutil.which("docker")
-    if exe is None:
-        raise VfleetError("no `docker` client on PATH: install docker.io (apt-get install -y docker.io)")
-    return exe
-
-
-def docker(
-    *args: str, check: bool = True, input: bytes | None = None, timeout: float = 600, stderr: bool = False
-) -> str:
-    """Run `docker ARGS`; return stdout (and stderr after it, with STDERR: `docker logs` of a
-    container that logs there). A failure raises VfleetError with docker's own message."""
-    proc = subprocess.run([docker_bin(), *args], input=input, capture_output=True, timeout=timeout, check=False)
-    if check and proc.returncode != 0:
-        err = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise VfleetError(f"docker {' '.join(args[:3])} failed: {err[-1] if err else proc.returncode}")
-    out = proc.stdout + (proc.stderr if stderr else b"")
-    return out.decode(errors="replace")
-
-
-def daemon_ok() -> bool:
-    try:
-        return (
-            subprocess.run(
-                [docker_bin(), "info", "--format", "{{.ServerVersion}}"],
-                capture_output=True,
-                timeout=20,
-                check=False,
-            ).returncode
-            == 0
-        )
-    except (VfleetError, subprocess.TimeoutExpired):
-        return False
+def docker(*args: str, check: bool = True, timeout: float = 600, stderr: bool = False) -> str:
+    """`docker ARGS` through vfleet.dockerd's one wrapper; returns stdout (and stderr after it, with
+    STDERR: `docker logs` of a container that logs there). A failure raises DockerError (a
+    VfleetError) with docker's own message."""
+    proc = _run(*args, check=check, timeout=timeout)
+    return proc.stdout + (proc.stderr if stderr else "")
 
 
 def image_exists(ref: str) -> bool:
