@@ -64,27 +64,34 @@ def disagreements(role_dir: Path, internal: frozenset[str] = frozenset()) -> lis
     out: list[str] = []
     for entry in sorted(set(specs) - {p.stem for p in (role_dir / "tasks").glob("*.yml")}):
         out.append(f"{role}: argument spec {entry} has no task file tasks/{entry}.yml")
-    options: set[str] = set()
+    # An option that several entry points share (the YAML anchor) is checked, and named, once.
+    entries: dict[tuple[str, str], list[str]] = {}
+    specs_of: dict[tuple[str, str], dict[str, Any]] = {}
     for entry, spec in specs.items():
         for name, option in (spec.get("options") or {}).items():
-            options.add(name)
-            where = f"{role}: {entry}: {name}"
-            if name not in defaults:
-                if "default" in option:
-                    out.append(f"{where}: argument spec default {option['default']!r}, defaults/main.yml has none")
-                elif not option.get("required"):
-                    out.append(f"{where}: neither required nor in defaults/main.yml")
-                continue
-            value = defaults[name]
-            if "default" in option and option["default"] != value:
-                out.append(f"{where}: argument spec default {option['default']!r} != defaults/main.yml {value!r}")
-            elif "default" not in option and not _templated(value):
-                out.append(f"{where}: argument spec has no default, defaults/main.yml {value!r}")
-            if option.get("required"):
-                out.append(f"{where}: required, yet defaults/main.yml gives it {value!r}")
-            error = _type_error(name, option, value)
-            if error:
-                out.append(f"{where}: defaults/main.yml {value!r} does not satisfy the argument spec: {error}")
+            key = (name, yaml.safe_dump(option, sort_keys=True))
+            entries.setdefault(key, []).append(entry)
+            specs_of[key] = option
+    options = {name for name, _ in entries}
+    for (name, text), names in entries.items():
+        option = specs_of[(name, text)]
+        where = f"{role}: {', '.join(names)}: {name}"
+        if name not in defaults:
+            if "default" in option:
+                out.append(f"{where}: argument spec default {option['default']!r}, defaults/main.yml has none")
+            elif not option.get("required"):
+                out.append(f"{where}: neither required nor in defaults/main.yml")
+            continue
+        value = defaults[name]
+        if "default" in option and option["default"] != value:
+            out.append(f"{where}: argument spec default {option['default']!r} != defaults/main.yml {value!r}")
+        elif "default" not in option and not _templated(value):
+            out.append(f"{where}: argument spec has no default, defaults/main.yml {value!r}")
+        if option.get("required"):
+            out.append(f"{where}: required, yet defaults/main.yml gives it {value!r}")
+        error = _type_error(name, option, value)
+        if error:
+            out.append(f"{where}: defaults/main.yml {value!r} does not satisfy the argument spec: {error}")
     for name in sorted(defaults):
         if not name.startswith(f"{role}_"):
             out.append(f"{role}: {name}: defaults/main.yml holds a variable without the role prefix {role}_")
@@ -125,7 +132,10 @@ def test_a_changed_default_is_named_with_both_values(tmp_path: Path) -> None:
     _edit(role / "defaults" / "main.yml", "vfleet_batch_size: 1\n", "vfleet_batch_size: 2\n")
     problems = disagreements(role)
     assert problems, "a default that differs from its argument spec went unnoticed"
-    assert "vfleet: plan: vfleet_batch_size: argument spec default 1 != defaults/main.yml 2" in problems
+    assert (
+        "vfleet: plan, lock, unlock, all_ok: vfleet_batch_size: argument spec default 1 != defaults/main.yml 2"
+        in problems
+    )
 
 
 def test_a_default_of_the_wrong_type_is_named(tmp_path: Path) -> None:
@@ -133,7 +143,10 @@ def test_a_default_of_the_wrong_type_is_named(tmp_path: Path) -> None:
     _edit(role / "defaults" / "main.yml", "vfleet_node_host_port: 8000\n", "vfleet_node_host_port: '8000'\n")
     _edit(role / "meta" / "argument_specs.yml", "default: 8000\n", "default: '8000'\n")
     problems = disagreements(role)
-    named = "vfleet_node: main: vfleet_node_host_port: defaults/main.yml '8000' does not satisfy the argument spec"
+    named = (
+        "vfleet_node: main, preflight, pull, deploy, rollback_target, verify, status: vfleet_node_host_port: "
+        "defaults/main.yml '8000' does not satisfy the argument spec: type int converts it to 8000"
+    )
     assert any(p.startswith(named) for p in problems), problems
 
 
