@@ -1,6 +1,5 @@
 """The Ansible side without a fleet: lint at the production profile, syntax, the example inventory
-against the profile catalog, the inventory guard, the role argument specs against their defaults,
-and how the CLI keeps the controller plays in a --limit."""
+against the profile catalog, the inventory guard, and how the CLI keeps the controller plays in a --limit."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from vfleet.cli import main
 from vfleet.errors import VfleetError
@@ -89,22 +87,6 @@ def test_cli_names_a_missing_inventory(tmp_path: Path, capsys: pytest.CaptureFix
     rc = main(["fleet", "rollout", "-i", str(tmp_path / "nope"), "--image", "r/x:1"])
     assert rc == 2
     assert "nope does not exist" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("role", ["vfleet_node", "vfleet_lb", "vfleet"])
-def test_argument_specs_name_every_default_with_its_value(role: str) -> None:
-    """One option set per role (a YAML anchor shared by the entry points), tied to defaults/main.yml."""
-    root = ansible_dir() / "roles" / role
-    defaults = yaml.safe_load((root / "defaults" / "main.yml").read_text())
-    specs = yaml.safe_load((root / "meta" / "argument_specs.yml").read_text())["argument_specs"]
-    entry_points = {p.stem for p in (root / "tasks").glob("*.yml")} & set(specs)
-    assert entry_points == set(specs), f"{role}: argument specs for missing task files: {set(specs) - entry_points}"
-    for name, spec in specs.items():
-        options = spec["options"]
-        assert set(options) == set(defaults), f"{role}/{name}: spec and defaults differ: {set(options) ^ set(defaults)}"
-        for key, value in defaults.items():
-            templated = isinstance(value, str) and "{{" in value
-            assert templated or options[key].get("default") == value, f"{role}: {key} default differs from the spec"
 
 
 def test_limit_keeps_the_controller_plays_and_means_what_it_says() -> None:

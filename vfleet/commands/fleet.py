@@ -13,7 +13,7 @@ from typing import Any
 
 from vfleet.errors import VfleetError
 from vfleet.fleet import testfleet
-from vfleet.fleet.ansible import forks_for, limit_hosts, run_playbook, with_controller
+from vfleet.fleet.ansible import forks_for, limit_hosts, role_defaults, run_playbook, with_controller
 
 
 def _extra(pairs: list[str]) -> dict[str, Any]:
@@ -34,6 +34,7 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
         name, help="fleet rollout with Ansible; test fleet", description=__doc__
     )
     fs = p.add_subparsers(dest="fleet_command", required=True, metavar="ACTION")
+    knobs = role_defaults("vfleet")
 
     for pb, text in (
         ("rollout", "canary then batches onto --image"),
@@ -52,14 +53,15 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
             q.add_argument(
                 "--max-failed-nodes",
                 type=int,
-                help="failed nodes over the whole run after which no further batch starts (default -1: no cap)",
+                help="failed nodes over the whole run after which no further batch starts "
+                f"(-1: no cap; default {knobs['vfleet_max_failed_nodes']})",
             )
             q.add_argument(
                 "--break-lock",
                 action="store_true",
                 help="take the fleet lock over from another run (its holder is printed); only when that run is gone",
             )
-        q.add_argument("--targets", help="inventory group to act on (default vfleet_nodes)")
+        q.add_argument("--targets", help=f"inventory group to act on (default {knobs['vfleet_targets']})")
         q.add_argument(
             "--limit", help="ansible --limit pattern (localhost is added: the lock, gates and canary always run)"
         )
@@ -132,7 +134,8 @@ def _playbook(args: argparse.Namespace) -> int:
     forks = None
     if args.fleet_command in ("rollout", "rollback", "verify") and "ANSIBLE_FORKS" not in os.environ:
         try:
-            forks = forks_for(len(limit_hosts(inventory, args.limit or args.targets or "vfleet_nodes")))
+            targets = args.targets or role_defaults("vfleet")["vfleet_targets"]
+            forks = forks_for(len(limit_hosts(inventory, args.limit or targets)))
         except VfleetError:
             forks = None  # the playbook names the bad group or limit itself
     # The lock records the controller process that holds it.

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from vfleet import PACKAGE_DIR
 from vfleet.errors import VfleetError
 
@@ -27,6 +29,12 @@ def forks_for(hosts: int) -> int:
 
 def ansible_dir() -> Path:
     return PACKAGE_DIR.parent / "ansible"
+
+
+def role_defaults(role: str) -> dict[str, Any]:
+    """The defaults of ROLE as its defaults/main.yml writes them, the one place they are written."""
+    data = yaml.safe_load((ansible_dir() / "roles" / role / "defaults" / "main.yml").read_text())
+    return dict(data or {})
 
 
 def bin_dir() -> Path:

@@ -25,17 +25,16 @@ options:
     choices: [read, record, prepare, start]
     default: read
   container:
-    description: Name of the serving container.
+    description: Name of the serving container (actions read and start; the role's vfleet_node_container_name).
     type: str
-    default: vfleet-serve
   state_dir:
-    description: Directory of the deployment record.
+    description: Directory of the deployment record (actions read, record, prepare; the role's vfleet_node_state_dir).
     type: path
-    default: /var/lib/vfleet
   port:
-    description: Host port of the serving container (for /health on 127.0.0.1).
+    description: >-
+      Host port of the serving container, for /health on 127.0.0.1 (actions read and start; the role's
+      vfleet_node_host_port).
     type: int
-    default: 8000
   record:
     description: The record to write (action record); updated_at is added.
     type: dict
@@ -46,9 +45,8 @@ options:
     description: KEY -> value lines of the env file (action prepare); empty values are left out.
     type: dict
   timeout:
-    description: Seconds to wait for /health (action start).
+    description: Seconds to wait for /health (action start; the role's vfleet_node_health_timeout).
     type: float
-    default: 1800
   interval:
     description: Seconds between polls (action start).
     type: float
@@ -72,7 +70,9 @@ author: vfleet
 EXAMPLES = r"""
 - name: Read the node state
   vfleet_node_state:
-    container: vfleet-serve
+    container: "{{ vfleet_node_container_name }}"
+    state_dir: "{{ vfleet_node_state_dir }}"
+    port: "{{ vfleet_node_host_port }}"
 """
 
 RETURN = r"""
@@ -316,22 +316,24 @@ def main():
                 "choices": ["read", "record", "prepare", "start"],
                 "default": "read",
             },
-            "container": {"type": "str", "default": "vfleet-serve"},
-            "state_dir": {"type": "path", "default": "/var/lib/vfleet"},
-            "port": {"type": "int", "default": 8000},
+            # No defaults of their own: the role passes its variables (defaults/main.yml holds them).
+            "container": {"type": "str"},
+            "state_dir": {"type": "path"},
+            "port": {"type": "int"},
             "record": {"type": "dict"},
             "env_file": {"type": "path"},
             "env": {"type": "dict", "no_log": True},
             "dirs": {"type": "list", "elements": "path", "default": []},
             "argv": {"type": "list", "elements": "str"},
             "stop_timeout": {"type": "int", "default": 30},
-            "timeout": {"type": "float", "default": 1800},
+            "timeout": {"type": "float"},
             "interval": {"type": "float", "default": 1},
         },
         required_if=[
-            ("action", "record", ["record"]),
-            ("action", "prepare", ["env_file"]),
-            ("action", "start", ["argv"]),
+            ("action", "read", ["container", "state_dir", "port"]),
+            ("action", "record", ["record", "state_dir"]),
+            ("action", "prepare", ["env_file", "state_dir"]),
+            ("action", "start", ["argv", "container", "port", "timeout"]),
         ],
     )
     p = module.params

@@ -1,0 +1,162 @@
+"""Each role states its defaults once, in defaults/main.yml; meta/argument_specs.yml is checked against
+that file here: an option's default is the same value, its type accepts that value as it is, and
+every variable of defaults/main.yml is an option of some entry point or is listed in INTERNAL below."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+from vfleet.fleet.ansible import ansible_dir
+
+ROLES_DIR = ansible_dir() / "roles"
+ROLES = sorted(p.name for p in ROLES_DIR.iterdir() if (p / "meta" / "argument_specs.yml").is_file())
+
+#: The one list of role defaults that are no entry point's option: the role sets or reads them itself,
+#: and an operator has no reason to change them. Every other default is an option of an argument spec.
+INTERNAL: dict[str, frozenset[str]] = {role: frozenset() for role in ROLES}
+
+
+def role_defaults(role_dir: Path) -> dict[str, Any]:
+    """defaults/main.yml, or every file of defaults/main/ (kubespray's layout), as Ansible merges them."""
+    single = role_dir / "defaults" / "main.yml"
+    files = [single] if single.is_file() else sorted((role_dir / "defaults" / "main").glob("*.yml"))
+    out: dict[str, Any] = {}
+    for path in files:
+        out.update(yaml.safe_load(path.read_text()) or {})
+    return out
+
+
+def _templated(value: Any) -> bool:
+    if isinstance(value, str):
+        return "{{" in value
+    if isinstance(value, list):
+        return any(_templated(v) for v in value)
+    if isinstance(value, dict):
+        return any(_templated(v) for v in value.values())
+    return False
+
+
+def _type_error(name: str, spec: dict[str, Any], value: Any) -> str | None:
+    """Why VALUE does not satisfy the option's spec as ansible-core checks it (None: it does). A value
+    that ansible-core would convert (8000 for a str, "yes" for a bool) does not satisfy it either."""
+    option = {k: v for k, v in spec.items() if k not in ("default", "required")}
+    result = ArgumentSpecValidator({name: option}).validate({name: value})
+    if result.error_messages:
+        return "; ".join(result.error_messages)
+    checked = result.validated_parameters[name]
+    widened = spec.get("type") == "float" and isinstance(value, int) and not isinstance(value, bool)
+    if checked != value or (type(checked) is not type(value) and not widened):
+        return f"type {spec.get('type', 'str')} converts it to {checked!r}"
+    return None
+
+
+def disagreements(role_dir: Path, internal: frozenset[str] = frozenset()) -> list[str]:
+    """Every place where ROLE_DIR's argument specs and defaults/main.yml do not say the same thing."""
+    role = role_dir.name
+    defaults = role_defaults(role_dir)
+    specs = yaml.safe_load((role_dir / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    out: list[str] = []
+    for entry in sorted(set(specs) - {p.stem for p in (role_dir / "tasks").glob("*.yml")}):
+        out.append(f"{role}: argument spec {entry} has no task file tasks/{entry}.yml")
+    # An option that several entry points share (the YAML anchor) is checked, and named, once.
+    entries: dict[tuple[str, str], list[str]] = {}
+    specs_of: dict[tuple[str, str], dict[str, Any]] = {}
+    for entry, spec in specs.items():
+        for name, option in (spec.get("options") or {}).items():
+            key = (name, yaml.safe_dump(option, sort_keys=True))
+            entries.setdefault(key, []).append(entry)
+            specs_of[key] = option
+    options = {name for name, _ in entries}
+    for (name, text), names in entries.items():
+        option = specs_of[(name, text)]
+        where = f"{role}: {', '.join(names)}: {name}"
+        if name not in defaults:
+            if "default" in option:
+                out.append(f"{where}: argument spec default {option['default']!r}, defaults/main.yml has none")
+            elif not option.get("required"):
+                out.append(f"{where}: neither required nor in defaults/main.yml")
+            continue
+        value = defaults[name]
+        if "default" in option and option["default"] != value:
+            out.append(f"{where}: argument spec default {option['default']!r} != defaults/main.yml {value!r}")
+        elif "default" not in option and not _templated(value):
+            out.append(f"{where}: argument spec has no default, defaults/main.yml {value!r}")
+        if option.get("required"):
+            out.append(f"{where}: required, yet defaults/main.yml gives it {value!r}")
+        error = _type_error(name, option, value)
+        if error:
+            out.append(f"{where}: defaults/main.yml {value!r} does not satisfy the argument spec: {error}")
+    for name in sorted(defaults):
+        if not name.startswith(f"{role}_"):
+            out.append(f"{role}: {name}: defaults/main.yml holds a variable without the role prefix {role}_")
+        elif name not in options and name not in internal:
+            out.append(f"{role}: {name}: defaults/main.yml {defaults[name]!r} is no entry point's option nor INTERNAL")
+    for name in sorted(internal & options):
+        out.append(f"{role}: {name}: listed as INTERNAL, yet an argument spec takes it as an option")
+    for name in sorted(internal - set(defaults)):
+        out.append(f"{role}: {name}: listed as INTERNAL, yet not in defaults/main.yml")
+    return out
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_argument_specs_agree_with_the_role_defaults(role: str) -> None:
+    problems = disagreements(ROLES_DIR / role, INTERNAL[role])
+    assert not problems, "\n".join(problems)
+
+
+def test_every_role_has_an_argument_spec() -> None:
+    with_tasks = sorted(p.name for p in ROLES_DIR.iterdir() if (p / "tasks").is_dir())
+    assert with_tasks == ROLES
+
+
+def _tampered(tmp_path: Path, role: str) -> Path:
+    copy = tmp_path / role
+    shutil.copytree(ROLES_DIR / role, copy)
+    return copy
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{path}: {old!r} is gone; update the test"
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_a_changed_default_is_named_with_both_values(tmp_path: Path) -> None:
+    role = _tampered(tmp_path, "vfleet")
+    _edit(role / "defaults" / "main.yml", "vfleet_batch_size: 1\n", "vfleet_batch_size: 2\n")
+    problems = disagreements(role)
+    assert problems, "a default that differs from its argument spec went unnoticed"
+    assert (
+        "vfleet: plan, lock, unlock, all_ok: vfleet_batch_size: argument spec default 1 != defaults/main.yml 2"
+        in problems
+    )
+
+
+def test_a_default_of_the_wrong_type_is_named(tmp_path: Path) -> None:
+    role = _tampered(tmp_path, "vfleet_node")
+    _edit(role / "defaults" / "main.yml", "vfleet_node_host_port: 8000\n", "vfleet_node_host_port: '8000'\n")
+    _edit(role / "meta" / "argument_specs.yml", "default: 8000\n", "default: '8000'\n")
+    problems = disagreements(role)
+    named = (
+        "vfleet_node: main, preflight, pull, deploy, rollback_target, verify, status: vfleet_node_host_port: "
+        "defaults/main.yml '8000' does not satisfy the argument spec: type int converts it to 8000"
+    )
+    assert any(p.startswith(named) for p in problems), problems
+
+
+def test_a_default_no_spec_names_is_refused_unless_listed_internal(tmp_path: Path) -> None:
+    role = _tampered(tmp_path, "vfleet_lb")
+    with (role / "defaults" / "main.yml").open("a") as f:
+        f.write("vfleet_lb_forgotten: 7\n")
+    problem = "vfleet_lb: vfleet_lb_forgotten: defaults/main.yml 7 is no entry point's option nor INTERNAL"
+    assert problem in disagreements(role)
+    assert disagreements(role, frozenset({"vfleet_lb_forgotten"})) == []
+    assert "vfleet_lb: vfleet_lb_gone: listed as INTERNAL, yet not in defaults/main.yml" in disagreements(
+        role, frozenset({"vfleet_lb_forgotten", "vfleet_lb_gone"})
+    )
