@@ -18,8 +18,9 @@ model; this module holds the checks and their registry, and re-exports the other
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vfleet.verify.logallow import (
     ALLOW,
@@ -95,6 +96,7 @@ __all__ = [
     "PROC_NAME_RE",
     "PROC_PREFIX",
     "READY_RE",
+    "REGISTRY",
     "SHUTDOWN_CLIENT_STOPPED_RE",
     "SHUTDOWN_TRIGGER_RE",
     "SPEC_ARGS_RE",
@@ -110,6 +112,7 @@ __all__ = [
     "FaultScan",
     "Finding",
     "Line",
+    "LogCheck",
     "ModelGraphs",
     "ParsedLog",
     "all_checks",
@@ -313,12 +316,59 @@ def check_autofit(log: str | ParsedLog) -> Finding:
     return _closed(finding, parsed)
 
 
+# ---------------------------------------------------------------------------------------------------
+# The registry: every log check, once. all_checks runs it in this order, smoke_tests/test_6_log.py is
+# parametrized by it (one test_log[NAME] per entry), and vfleet.verify.checks derives LOG_CHECKS (the
+# ids `verify.not_applicable` accepts) from it. Adding a check is one entry here (docs/boot-verify.md,
+# "Adding a log check").
+# ---------------------------------------------------------------------------------------------------
+
+
+def _no_figures(log: ParsedLog, verify: Verify) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class LogCheck:
+    """One log check: its name (Finding.check, the test id `test_log[NAME]` and the report's key), how
+    it runs on a parsed log (the profile's verify section, whether the profile is production), and the
+    figures it adds to the report (figures.json), whatever its outcome."""
+
+    name: str
+    run: Callable[[ParsedLog, Verify, bool], Finding]
+    figures: Callable[[ParsedLog, Verify], dict[str, Any]] = _no_figures
+
+
+def _fault_figures(log: ParsedLog, verify: Verify) -> dict[str, Any]:
+    """What the deny-by-default fault check looked for, and what its allow-list excused."""
+    scan = scan_faults(log, graphs_expected=verify.graph_mode)
+    return {
+        "log_families": list(FAMILY_IDS),
+        "log_allowed": [{"entry": a.id, "line": ev.first.no} for ev, a in scan.allowed],
+    }
+
+
+REGISTRY: tuple[LogCheck, ...] = (
+    LogCheck(
+        "faults",
+        lambda log, verify, production: check_faults(log, graphs_expected=verify.graph_mode),
+        _fault_figures,
+    ),
+    LogCheck(
+        "attention_backend",
+        check_attention_backend,
+        lambda log, verify: {"attention_backends": attention_backends(log)},
+    ),
+    LogCheck("graph_mode", lambda log, verify, production: check_graph_mode(log, verify)),
+    LogCheck(
+        "kv_tokens",
+        lambda log, verify, production: check_kv_tokens(log, verify),
+        lambda log, verify: {"kv_tokens": kv_tokens(log)},
+    ),
+    LogCheck("autofit", lambda log, verify, production: check_autofit(log)),
+)
+
+
 def all_checks(text: str, verify: Verify, production: bool = True) -> list[Finding]:
     log = parse(text)
-    return [
-        check_faults(log, graphs_expected=verify.graph_mode),
-        check_attention_backend(log, verify, production),
-        check_graph_mode(log, verify),
-        check_kv_tokens(log, verify),
-        check_autofit(log),
-    ]
+    return [c.run(log, verify, production) for c in REGISTRY]
