@@ -1,6 +1,6 @@
 """Alert rules and dashboard (monitoring/): promtool checks and unit-tests the rules, a broken threshold
 fails those unit tests, every metric name used is one a real vLLM serves, and the committed files are
-what `vfleet alerts` generates from vfleet/monitoring.py and the serve profiles."""
+what `vfleet alerts` generates from vfleet/monitoring/ and the serve profiles."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import yaml
 from conftest import REPO, ConfigTree
 
 from vfleet import monitoring
-from vfleet.monitoring import DEFAULT_BOUNDS, Fleet
+from vfleet.monitoring import DEFAULT_BOUNDS, Fleet, runner
 
 MON = REPO / "monitoring"
 RULES = MON / monitoring.RULES_FILE
@@ -256,7 +256,7 @@ def test_latency_bounds_sit_on_bucket_edges() -> None:
 
 
 def test_missing_promtool_without_root_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(monitoring.shutil, "which", lambda _name: None)
-    monkeypatch.setattr(monitoring.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(runner.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(runner.os, "geteuid", lambda: 1000)
     with pytest.raises(monitoring.PromtoolError, match="apt-get install -y prometheus"):
         monitoring.ensure_promtool()

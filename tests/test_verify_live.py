@@ -29,6 +29,7 @@ from vfleet import tinymodel
 from vfleet.paths import versions
 from vfleet.profiles import Catalog
 from vfleet.server import ServerError, VllmServer, _descendants, free_port
+from vfleet.verify.checks import LOG_CHECKS
 from vfleet.verify.metrics import Metrics, prefix_hits
 from vfleet.vllm_args import parse_like_vllm
 
@@ -306,9 +307,8 @@ def test_skipped_log_and_gpu_checks_fail_a_production_profile(
     rep = json.loads((out / "report.json").read_text())
     assert rep["passed"] is False and rep["counts"]["failed"] == 0, rep["counts"]
     assert sorted(u["id"] for u in rep["unexcused_skips"]) == sorted(
-        ["test_gpu_health", *(f"test_log[{c}]" for c in ("faults", "attention_backend", "graph_mode", "kv_tokens",
-                                                          "autofit"))]
-    )  # fmt: skip
+        ["test_gpu_health", *(f"test_log[{c}]" for c in LOG_CHECKS)]
+    )
     assert "boot-verify FAIL" in proc.stdout
     assert "not verified: test_log[faults] skipped: no server log given; pass --container NAME or --log FILE" in (
         proc.stdout

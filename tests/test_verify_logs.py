@@ -56,6 +56,15 @@ def test_each_fault_fails_exactly_its_check(name: str) -> None:
         assert w in res[check].message, f"{name}: {w!r} not in message {res[check].message!r}"
 
 
+def test_every_registered_log_check_has_a_fault_log_that_fails_it() -> None:
+    """A check in the registry (vfleet.verify.logcheck.REGISTRY) comes with a recorded log in FAULTS that
+    fails it, and its findings carry its registry name (the test id and the report key)."""
+    names = [c.name for c in logcheck.REGISTRY]
+    assert len(set(names)) == len(names), names
+    assert sorted(names) == sorted({check for check, _ in FAULTS.values()})
+    assert [f.check for f in logcheck.all_checks((LOGS / "healthy.log").read_text(), H200)] == names
+
+
 def test_shutdown_traceback_is_not_a_fault() -> None:
     # autofit.log ends with the EngineDeadError traceback vLLM prints after SIGTERM.
     text = (LOGS / "autofit.log").read_text()

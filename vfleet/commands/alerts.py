@@ -1,6 +1,6 @@
 """`vfleet alerts`: write the Prometheus alert rules, their promtool tests and the Grafana dashboard.
 
-The three files under monitoring/ are generated from vfleet/monitoring.py (metric names and bounds) and
+The three files under monitoring/ are generated from vfleet/monitoring/ (metric names and bounds) and
 the serve profiles (served model names, which serve with prefix caching). `--check` compares instead of
 writing and exits 1 when a committed file is out of date. Details: docs/monitoring.md.
 """

@@ -1,16 +1,19 @@
 """The ids of the boot-verify checks (the test names of smoke_tests/), kept here once.
 
-The profile schema validates `verify.not_applicable` against them, smoke_tests/test_6_log.py is
-parametrized by LOG_CHECKS, and tests/test_verify_checks.py checks that this list equals what pytest
-collects from smoke_tests/. `test_load[C<n>]` stands for one check per `verify.load.levels` entry.
+The profile schema validates `verify.not_applicable` against them, and tests/test_verify_checks.py
+checks that this list equals what pytest collects from smoke_tests/. The log checks come from their
+registry (vfleet.verify.logcheck.REGISTRY), which smoke_tests/test_6_log.py is parametrized by.
+`test_load[C<n>]` stands for one check per `verify.load.levels` entry.
 """
 
 from __future__ import annotations
 
 import re
 
-#: The log checks of smoke_tests/test_6_log.py, in the order they run.
-LOG_CHECKS: tuple[str, ...] = ("faults", "attention_backend", "graph_mode", "kv_tokens", "autofit")
+from vfleet.verify.logcheck import REGISTRY
+
+#: The log checks of smoke_tests/test_6_log.py, in the order they run (the registry's names).
+LOG_CHECKS: tuple[str, ...] = tuple(c.name for c in REGISTRY)
 
 LOAD_TEMPLATE = "test_load[C<n>]"
 LOAD_ID_RE = re.compile(r"^test_load\[C[1-9][0-9]*\]$")

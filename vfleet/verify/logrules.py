@@ -2,7 +2,7 @@
 
 The fault check (vfleet.verify.logcheck.check_faults) denies by default. Every line at ERROR or
 CRITICAL level, every Python traceback and every line of a runtime fault family below fails it,
-unless an allow-list entry (ALLOW, in vfleet.verify.logcheck next to the code that recognises it)
+unless an allow-list entry (ALLOW, in vfleet.verify.logallow next to the code that recognises it)
 matches. This module holds the families as data: an id, what it is, where the wording comes from,
 and the patterns of its lines. The check, the report (figures `log_families`) and docs/boot-verify.md
 read this table; nothing else lists fault wording.
