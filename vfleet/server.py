@@ -18,14 +18,13 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
 from vfleet.errors import VfleetError
 from vfleet.profiles import Profile
+from vfleet.verify.client import status_of
 from vfleet.vllm_args import ensure_vllm_dist_metadata, serve_argv, write_config
 
 
@@ -177,12 +176,8 @@ class VllmServer:
                     f"vLLM exited with code {rc} before /health answered (log {self.log_path}):\n"
                     f"{_log_tail(self.log_path)}"
                 )
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
+            if status_of(f"{self.url}/health", timeout_s=2) == 200:
+                return
             now = time.monotonic()
             if progress is not None:
                 progress(now - t0)
@@ -307,12 +302,8 @@ class ContainerServer:
         t0 = self._t0
         try:
             while True:
-                try:
-                    with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
-                        if resp.status == 200:
-                            break
-                except (urllib.error.URLError, OSError):
-                    pass
+                if status_of(f"{self.url}/health", timeout_s=2) == 200:
+                    break
                 state = self._docker("inspect", "--format", "{{.State.Running}}", self.name).stdout.strip()
                 if state != "true":
                     logs = self._docker("logs", "--tail", "25", self.name)

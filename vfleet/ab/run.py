@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 import secrets
 import time
-import urllib.error
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from vfleet.ab.stats import METRICS, MIN_ROUNDS, Comparison, arm_order, compare
@@ -120,7 +120,7 @@ def probe_arm(name: str, url: str, api_key: str | None, model: str | None = None
     client = Client(url.rstrip("/"), api_key=api_key, timeout_s=30.0)
     try:
         status, body = client.get("/v1/models", timeout_s=15)
-    except (urllib.error.URLError, OSError) as exc:
+    except (httpx.HTTPError, OSError) as exc:
         raise AbInputError(f"arm {name} ({url}) is down: GET /v1/models failed: {exc}") from None
     if status == 401:
         raise AbInputError(f"arm {name} ({url}): GET /v1/models: HTTP 401 ({UNAUTHORIZED_HINT})")
@@ -144,7 +144,7 @@ def probe_arm(name: str, url: str, api_key: str | None, model: str | None = None
         vstatus, vbody = client.get("/version", timeout_s=15)
         if vstatus == 200:
             version = str(json.loads(vbody).get("version"))
-    except (urllib.error.URLError, OSError, ValueError):
+    except (httpx.HTTPError, OSError, ValueError):
         pass
     mml = entry.get("max_model_len")
     client.model = str(entry["id"])

@@ -7,16 +7,17 @@ fleet is vfleet.fleet.testfleet, which re-exports these names.
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from vfleet.errors import VfleetError
 from vfleet.fleet.docker import docker
 from vfleet.fleet.images import cache_dir
 from vfleet.fleet.registrylog import RegistryRequest
+from vfleet.verify.client import status_of
 
 LABEL = "org.vfleet.fleet"
 #: The balancer's frontend port on the fleet network.
@@ -97,13 +98,10 @@ class Fleet:
         the sizes (from the registry manifest) of the layers whose content the node lacks."""
         repo, tag = repo_tag.rsplit(":", 1)
         base = f"http://{self.registry_local}/v2/{repo}"
-        req = urllib.request.Request(
-            f"{base}/manifests/{tag}", headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"}
-        )
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            manifest = json.loads(resp.read())
-        with urllib.request.urlopen(f"{base}/blobs/{manifest['config']['digest']}", timeout=30) as resp:
-            diff_ids = json.loads(resp.read())["rootfs"]["diff_ids"]
+        accept = {"Accept": "application/vnd.docker.distribution.manifest.v2+json"}
+        manifest = httpx.get(f"{base}/manifests/{tag}", headers=accept, timeout=30).raise_for_status().json()
+        config = httpx.get(f"{base}/blobs/{manifest['config']['digest']}", timeout=30, follow_redirects=True)
+        diff_ids = config.raise_for_status().json()["rootfs"]["diff_ids"]
         out = self.node_docker(node, "image", "inspect", have_image_id, check=False)
         have = set(json.loads(out)[0]["RootFS"]["Layers"]) if out.strip() else set()
         return sum(
@@ -136,14 +134,7 @@ class Fleet:
 
     def health(self, node: str, port: int = 8000, path: str = "/health") -> int:
         """HTTP status of the node's serving container (0 if nothing answers)."""
-        url = f"http://{self.node(node).ip}:{port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=5) as resp:
-                return int(resp.status)
-        except urllib.error.HTTPError as exc:
-            return int(exc.code)
-        except (urllib.error.URLError, OSError):
-            return 0
+        return status_of(f"http://{self.node(node).ip}:{port}{path}")
 
 
 def state_dir(name: str) -> Path:

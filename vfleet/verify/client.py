@@ -1,14 +1,14 @@
-"""A minimal OpenAI-compatible HTTP client (stdlib only), for the smoke tests and the load generator."""
+"""A minimal OpenAI-compatible HTTP client over httpx (the one HTTP client of vfleet; vLLM brings it),
+for the smoke tests, the A/B and the load generator."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
+
+import httpx
 
 from vfleet.verify.metrics import Metrics
 
@@ -16,6 +16,14 @@ UNAUTHORIZED_HINT = (
     "the server wants an API key: export VLLM_API_KEY, or pass --env-file FILE (the node's docker env file) "
     "or --api-key-env VAR"
 )
+
+
+def status_of(url: str, timeout_s: float = 5.0) -> int:
+    """HTTP status of GET URL; 0 when nothing answers (refused, timed out, reset)."""
+    try:
+        return httpx.get(url, timeout=timeout_s).status_code
+    except (httpx.HTTPError, OSError):
+        return 0
 
 
 class HttpError(Exception):
@@ -40,12 +48,9 @@ class Client:
         return h
 
     def get(self, path: str, timeout_s: float | None = None) -> tuple[int, str]:
-        req = urllib.request.Request(self.base_url.rstrip("/") + path, headers=self._headers())
-        try:
-            with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s) as resp:
-                return int(resp.status), resp.read().decode(errors="replace")
-        except urllib.error.HTTPError as exc:
-            return int(exc.code), exc.read().decode(errors="replace")
+        """(status, body) of GET PATH; a server that does not answer raises httpx.TransportError."""
+        resp = httpx.get(self.base_url.rstrip("/") + path, headers=self._headers(), timeout=timeout_s or self.timeout_s)
+        return resp.status_code, resp.text
 
     def get_json(self, path: str) -> Any:
         status, body = self.get(path)
@@ -55,12 +60,10 @@ class Client:
 
     def post_json(self, path: str, payload: dict[str, Any], timeout_s: float | None = None) -> Any:
         url = self.base_url.rstrip("/") + path
-        req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers=self._headers())
-        try:
-            with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s) as resp:
-                return json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            raise HttpError(path, int(exc.code), exc.read().decode(errors="replace")) from None
+        resp = httpx.post(url, json=payload, headers=self._headers(), timeout=timeout_s or self.timeout_s)
+        if resp.status_code >= 400:
+            raise HttpError(path, resp.status_code, resp.text)
+        return resp.json()
 
     def metrics(self) -> Metrics:
         status, body = self.get("/metrics")
@@ -157,13 +160,15 @@ def stream_completion(
         "stream_options": {"include_usage": True},
     }
     url = client.base_url.rstrip("/") + "/v1/completions"
-    req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers=client._headers())
     res = StreamResult(ok=False, name=name)
     t0 = time.perf_counter()
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            for raw in resp:
-                line = raw.decode(errors="replace").strip()
+        with httpx.stream("POST", url, json=payload, headers=client._headers(), timeout=timeout_s) as resp:
+            if resp.status_code != 200:
+                res.error = f"HTTP {resp.status_code}: {resp.read().decode(errors='replace')[:200]}"
+                return _finish(res, t0)
+            for raw in resp.iter_lines():
+                line = raw.strip()
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
@@ -196,10 +201,12 @@ def stream_completion(
                     res.text += choice.get("text") or ""
                     if choice.get("finish_reason"):
                         res.finish_reason = choice["finish_reason"]
-    except urllib.error.HTTPError as exc:
-        res.error = f"HTTP {exc.code}: {exc.read().decode(errors='replace')[:200]}"
-    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+    except (httpx.HTTPError, OSError, ValueError) as exc:
         res.error = f"{type(exc).__name__} after {res.chunks} chunks: {exc}"
+    return _finish(res, t0)
+
+
+def _finish(res: StreamResult, t0: float) -> StreamResult:
     res.end_s = time.perf_counter() - t0
     if not res.error:
         missing = [
