@@ -226,3 +226,76 @@ def test_tiny_declares_each_check_it_skips(config_tree: ConfigTree) -> None:
     config_tree.edit("models/tiny/model.yaml", lambda d: d["verify"].__setitem__("gpu_health", False))
     with pytest.raises(ProfileError, match=r"verify\.gpu_health: unknown key"):
         Catalog().load("tiny/cpu")
+
+
+# -- verify values that the vllm section states ---------------------------------------------------
+
+
+def test_verify_follows_the_vllm_section() -> None:
+    cat = Catalog()
+    for profile in cat.load_all():
+        v, args = profile.verify, profile.vllm
+        assert v.max_model_len == args["max-model-len"], profile.name
+        assert v.prefix_cache is args.get("enable-prefix-caching", True), profile.name
+        assert v.attention_backend == args.get("attention-backend"), profile.name
+        assert v.graph_mode is not (args.get("enforce-eager") is True), profile.name
+    assert cat.load("glm-5.3-flash/mi355x").verify.attention_backend == "ROCM_AITER_MLA_SPARSE"
+    assert cat.load("kimi-k3/b200").verify.prefix_cache is False
+    assert cat.load("tiny/cpu").verify.graph_mode is False
+
+
+@pytest.mark.parametrize(
+    ("rel", "key", "value", "profile"),
+    [
+        ("models/glm-5.3-flash/model.yaml", "max_model_len", 1048576, "glm-5.3-flash/h200"),
+        ("models/glm-5.3-flash/rocm.yaml", "attention_backend", "ROCM_AITER_MLA_SPARSE", "glm-5.3-flash/mi350x"),
+        ("models/kimi-k3/model.yaml", "prefix_cache", False, "kimi-k3/b200"),
+        ("models/tiny/model.yaml", "graph_mode", False, "tiny/cpu"),
+    ],
+)
+def test_verify_may_not_restate_vllm(config_tree: ConfigTree, rel: str, key: str, value: Any, profile: str) -> None:
+    config_tree.edit(rel, lambda d: d.setdefault("verify", {}).__setitem__(key, value))
+    with pytest.raises(ProfileError) as exc:
+        Catalog().load(profile)
+    assert f"{profile}: verify.{key}: {value!r} restates vllm" in str(exc.value)
+    assert f"({rel}); remove it" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("rel", "key", "value", "profile", "means"),
+    [
+        ("models/glm-5.3-flash/h200.yaml", "max_model_len", 524288, "glm-5.3-flash/h200", "1048576"),
+        ("models/glm-5.3-flash/rocm.yaml", "attention_backend", "TRITON_MLA", "glm-5.3-flash/mi355x", "'ROCM_AITER"),
+        ("models/glm-5.3-flash/model.yaml", "prefix_cache", False, "glm-5.3-flash/b200", "True"),
+        ("models/tiny/model.yaml", "graph_mode", True, "tiny/cpu", "False"),
+    ],
+)
+def test_verify_may_not_contradict_vllm(
+    config_tree: ConfigTree, rel: str, key: str, value: Any, profile: str, means: str
+) -> None:
+    config_tree.edit(rel, lambda d: d.setdefault("verify", {}).__setitem__(key, value))
+    with pytest.raises(ProfileError) as exc:
+        Catalog().load(profile)
+    msg = str(exc.value)
+    assert f"{profile}: verify.{key}: {value!r} contradicts vllm" in msg and f"which means {means}" in msg, msg
+    assert rel in msg
+
+
+def test_graph_mode_false_is_allowed_for_a_graphless_backend(config_tree: ConfigTree) -> None:
+    config_tree.edit("models/glm-5.3-flash/h200.yaml", lambda d: d.setdefault("verify", {}).update(graph_mode=False))
+    assert Catalog().load("glm-5.3-flash/h200").verify.graph_mode is False
+
+
+@pytest.mark.parametrize(("written", "length"), [(4096, 4096), ("32k", 32000), ("1M", 1048576), ("2K", 2048)])
+def test_max_model_len_sizes(config_tree: ConfigTree, written: Any, length: int) -> None:
+    config_tree.edit("models/tiny/model.yaml", lambda d: d["vllm"].__setitem__("max-model-len", written))
+    assert Catalog().load("tiny/cpu").verify.max_model_len == length
+
+
+def test_verify_states_what_vllm_leaves_to_vllm(config_tree: ConfigTree) -> None:
+    """Without max-model-len vLLM uses the model's own length: the profile then says what to expect."""
+    config_tree.edit("models/tiny/model.yaml", lambda d: d["vllm"].pop("max-model-len"))
+    with pytest.raises(ProfileError, match=r"tiny/cpu \(merged from .*\): verify.max_model_len: Field required"):
+        Catalog().load("tiny/cpu")
+    config_tree.edit("models/tiny/model.yaml", lambda d: d["verify"].update(max_model_len=2048))
+    assert Catalog().load("tiny/cpu").verify.max_model_len == 2048
