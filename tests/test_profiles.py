@@ -34,6 +34,12 @@ def test_layers_merge_in_order() -> None:
     assert mi.env == {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_USE_AITER_MOE": "0"}
     assert mi.verify.attention_backend == "ROCM_AITER_MLA_SPARSE"
     assert mi.platform.runtime.devices == ["/dev/kfd", "/dev/dri"]
+    assert mi.sources == [
+        "models/glm-5.3-flash/model.yaml",
+        "models/glm-5.3-flash/rocm.yaml",
+        "models/glm-5.3-flash/gfx950.yaml",
+        "platforms/mi350x.yaml",
+    ]
 
 
 def test_each_fact_is_written_once() -> None:
@@ -48,6 +54,67 @@ def test_each_fact_is_written_once() -> None:
             for section in ("vllm", "env", "verify"):
                 for key, value in (over.get(section) or {}).items():
                     assert (base.get(section) or {}).get(key, object()) != value, f"{layer}: {section}.{key} repeats"
+
+
+# -- the arch layer -------------------------------------------------------------------------------
+
+MI300X = """platform: mi300x
+description: AMD Instinct MI300X, 8 GPUs per node (gfx942), a hypothetical platform of the tests
+vendor: amd
+family: rocm
+arch: gfx942
+gpus: 8
+detect:
+  names: [MI300X]
+runtime:
+  devices: [/dev/kfd, /dev/dri]
+  group_add: [video]
+  ipc: host
+  shm_size: 64g
+  stop_timeout: 150
+"""
+
+
+def _add_mi300x(config_tree: ConfigTree) -> None:
+    config_tree.write("platforms/mi300x.yaml", MI300X)
+    config_tree.edit("models/glm-5.3-flash/model.yaml", lambda d: d["platforms"].append("mi300x"))
+
+
+def test_another_rocm_arch_does_not_inherit_the_gfx950_layer(config_tree: ConfigTree) -> None:
+    _add_mi300x(config_tree)
+    cat = Catalog()
+    mi300x = cat.load("glm-5.3-flash/mi300x")
+    assert mi300x.sources == [
+        "models/glm-5.3-flash/model.yaml",
+        "models/glm-5.3-flash/rocm.yaml",
+        "platforms/mi300x.yaml",
+    ]
+    # The family facts still apply; the gfx950 faults' workarounds do not.
+    assert mi300x.env == {"VLLM_ROCM_USE_AITER": "1"}
+    assert mi300x.vllm["max-num-seqs"] == 512 and "kv-cache-dtype" not in mi300x.vllm
+    result = evaluate(mi300x)
+    assert not result.violations and not result.waived
+    for name in ("glm-5.3-flash/mi355x", "glm-5.3-flash/mi350x"):
+        p = cat.load(name)
+        assert "models/glm-5.3-flash/gfx950.yaml" in p.sources, name
+        assert p.env["VLLM_ROCM_USE_AITER_MOE"] == "0" and p.vllm["kv-cache-dtype"] == "bfloat16", name
+        assert not evaluate(p).violations, name
+
+
+def test_arch_layer_sits_between_family_and_platform(config_tree: ConfigTree) -> None:
+    _add_mi300x(config_tree)
+    config_tree.write("models/glm-5.3-flash/gfx942.yaml", "vllm:\n  max-num-seqs: 256\n  kv-cache-dtype: fp8\n")
+    config_tree.write("models/glm-5.3-flash/mi300x.yaml", "vllm:\n  kv-cache-dtype: bfloat16\n")
+    cat = Catalog()
+    mi300x = cat.load("glm-5.3-flash/mi300x")
+    assert mi300x.sources[1:4] == [
+        "models/glm-5.3-flash/rocm.yaml",
+        "models/glm-5.3-flash/gfx942.yaml",
+        "models/glm-5.3-flash/mi300x.yaml",
+    ]
+    assert mi300x.vllm["max-num-seqs"] == 256  # gfx942.yaml beats rocm.yaml
+    assert mi300x.vllm["kv-cache-dtype"] == "bfloat16"  # mi300x.yaml beats gfx942.yaml
+    assert cat.load("glm-5.3-flash/mi355x").vllm["max-num-seqs"] == 512
 
 
 @pytest.mark.parametrize(
@@ -158,6 +225,7 @@ targets = st.sampled_from(
         "models/tiny/cpu.yaml",
         "platforms/cpu.yaml",
         "models/glm-5.3-flash/rocm.yaml",
+        "models/glm-5.3-flash/gfx950.yaml",
         "platforms/mi355x.yaml",
     ]
 )

@@ -181,7 +181,10 @@ class Catalog:
         platform = self.platform(plat_name)
         mdir = self.root / "models" / model
         layers: list[tuple[Path, Layer]] = [(mdir / "model.yaml", base)]
-        for extra in (mdir / f"{platform.family}.yaml", mdir / f"{plat_name}.yaml"):
+        # Family, then arch, then platform; a name shared by two of them (the cpu platform of family cpu)
+        # is one file, read once.
+        for stem in dict.fromkeys((platform.family, platform.arch, plat_name)):
+            extra = mdir / f"{stem}.yaml"
             if extra.is_file():
                 layer = self._layer(extra)
                 for field in ("model", "platforms"):
