@@ -117,6 +117,17 @@ def test_arch_layer_sits_between_family_and_platform(config_tree: ConfigTree) ->
     assert cat.load("glm-5.3-flash/mi355x").vllm["max-num-seqs"] == 512
 
 
+def test_check_names_a_layer_no_profile_reads(config_tree: ConfigTree, capsys: pytest.CaptureFixture[str]) -> None:
+    assert Catalog().stray_layers() == []
+    config_tree.write("models/glm-5.3-flash/gfx-950.yaml", "env:\n  VLLM_ROCM_USE_AITER_MOE: '0'\n")
+    assert main(["check"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "FAIL layer models/glm-5.3-flash/gfx-950.yaml: no platform of glm-5.3-flash has the family, arch or "
+        "name 'gfx-950'; rename it or remove it"
+    ) in err
+
+
 @pytest.mark.parametrize(
     ("rel", "text", "message"),
     [

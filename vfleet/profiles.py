@@ -232,5 +232,19 @@ class Catalog:
         except ValidationError as exc:
             raise ProfileError(_format_validation(Path(f"{name} (merged from {', '.join(sources)})"), exc)) from None
 
+    def stray_layers(self) -> list[str]:
+        """Layer files that no profile reads: a name that is not a family, an arch or a platform of the model."""
+        stray: list[str] = []
+        for model in self.model_names():
+            served = [self.platform(n) for n in self._model_layer(model).platforms or []]
+            stems = {"model"} | {n for p in served for n in (p.family, p.arch, p.platform)}
+            mdir = self.root / "models" / model
+            stray.extend(
+                f"{path.relative_to(self.root)}: no platform of {model} has the family, arch or name {path.stem!r}"
+                for path in sorted(mdir.glob("*.yaml"))
+                if path.stem not in stems
+            )
+        return stray
+
     def load_all(self) -> list[Profile]:
         return [self.load(n) for n in self.profile_names()]
