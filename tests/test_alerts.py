@@ -230,7 +230,7 @@ def test_prefix_cache_alert_follows_the_profiles(config_tree: ConfigTree) -> Non
     assert 'model_name=~"glm-5\\\\.3-flash|tiny"' in rules
 
     def off(d: dict[str, Any]) -> None:
-        d["verify"]["prefix_cache"] = False
+        d["vllm"]["enable-prefix-caching"] = False
 
     config_tree.edit("models/glm-5.3-flash/model.yaml", off)
     fleet = Fleet.from_profiles()

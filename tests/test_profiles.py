@@ -34,6 +34,12 @@ def test_layers_merge_in_order() -> None:
     assert mi.env == {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_USE_AITER_MOE": "0"}
     assert mi.verify.attention_backend == "ROCM_AITER_MLA_SPARSE"
     assert mi.platform.runtime.devices == ["/dev/kfd", "/dev/dri"]
+    assert mi.sources == [
+        "models/glm-5.3-flash/model.yaml",
+        "models/glm-5.3-flash/rocm.yaml",
+        "models/glm-5.3-flash/gfx950.yaml",
+        "platforms/mi350x.yaml",
+    ]
 
 
 def test_each_fact_is_written_once() -> None:
@@ -48,6 +54,78 @@ def test_each_fact_is_written_once() -> None:
             for section in ("vllm", "env", "verify"):
                 for key, value in (over.get(section) or {}).items():
                     assert (base.get(section) or {}).get(key, object()) != value, f"{layer}: {section}.{key} repeats"
+
+
+# -- the arch layer -------------------------------------------------------------------------------
+
+MI300X = """platform: mi300x
+description: AMD Instinct MI300X, 8 GPUs per node (gfx942), a hypothetical platform of the tests
+vendor: amd
+family: rocm
+arch: gfx942
+gpus: 8
+detect:
+  names: [MI300X]
+runtime:
+  devices: [/dev/kfd, /dev/dri]
+  group_add: [video]
+  ipc: host
+  shm_size: 64g
+  stop_timeout: 150
+"""
+
+
+def _add_mi300x(config_tree: ConfigTree) -> None:
+    config_tree.write("platforms/mi300x.yaml", MI300X)
+    config_tree.edit("models/glm-5.3-flash/model.yaml", lambda d: d["platforms"].append("mi300x"))
+
+
+def test_another_rocm_arch_does_not_inherit_the_gfx950_layer(config_tree: ConfigTree) -> None:
+    _add_mi300x(config_tree)
+    cat = Catalog()
+    mi300x = cat.load("glm-5.3-flash/mi300x")
+    assert mi300x.sources == [
+        "models/glm-5.3-flash/model.yaml",
+        "models/glm-5.3-flash/rocm.yaml",
+        "platforms/mi300x.yaml",
+    ]
+    # The family facts still apply; the gfx950 faults' workarounds do not.
+    assert mi300x.env == {"VLLM_ROCM_USE_AITER": "1"}
+    assert mi300x.vllm["max-num-seqs"] == 512 and "kv-cache-dtype" not in mi300x.vllm
+    result = evaluate(mi300x)
+    assert not result.violations and not result.waived
+    for name in ("glm-5.3-flash/mi355x", "glm-5.3-flash/mi350x"):
+        p = cat.load(name)
+        assert "models/glm-5.3-flash/gfx950.yaml" in p.sources, name
+        assert p.env["VLLM_ROCM_USE_AITER_MOE"] == "0" and p.vllm["kv-cache-dtype"] == "bfloat16", name
+        assert not evaluate(p).violations, name
+
+
+def test_arch_layer_sits_between_family_and_platform(config_tree: ConfigTree) -> None:
+    _add_mi300x(config_tree)
+    config_tree.write("models/glm-5.3-flash/gfx942.yaml", "vllm:\n  max-num-seqs: 256\n  kv-cache-dtype: fp8\n")
+    config_tree.write("models/glm-5.3-flash/mi300x.yaml", "vllm:\n  kv-cache-dtype: bfloat16\n")
+    cat = Catalog()
+    mi300x = cat.load("glm-5.3-flash/mi300x")
+    assert mi300x.sources[1:4] == [
+        "models/glm-5.3-flash/rocm.yaml",
+        "models/glm-5.3-flash/gfx942.yaml",
+        "models/glm-5.3-flash/mi300x.yaml",
+    ]
+    assert mi300x.vllm["max-num-seqs"] == 256  # gfx942.yaml beats rocm.yaml
+    assert mi300x.vllm["kv-cache-dtype"] == "bfloat16"  # mi300x.yaml beats gfx942.yaml
+    assert cat.load("glm-5.3-flash/mi355x").vllm["max-num-seqs"] == 512
+
+
+def test_check_names_a_layer_no_profile_reads(config_tree: ConfigTree, capsys: pytest.CaptureFixture[str]) -> None:
+    assert Catalog().stray_layers() == []
+    config_tree.write("models/glm-5.3-flash/gfx-950.yaml", "env:\n  VLLM_ROCM_USE_AITER_MOE: '0'\n")
+    assert main(["check"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "FAIL layer models/glm-5.3-flash/gfx-950.yaml: no platform of glm-5.3-flash has the family, arch or "
+        "name 'gfx-950'; rename it or remove it"
+    ) in err
 
 
 @pytest.mark.parametrize(
@@ -158,6 +236,7 @@ targets = st.sampled_from(
         "models/tiny/cpu.yaml",
         "platforms/cpu.yaml",
         "models/glm-5.3-flash/rocm.yaml",
+        "models/glm-5.3-flash/gfx950.yaml",
         "platforms/mi355x.yaml",
     ]
 )
@@ -226,3 +305,76 @@ def test_tiny_declares_each_check_it_skips(config_tree: ConfigTree) -> None:
     config_tree.edit("models/tiny/model.yaml", lambda d: d["verify"].__setitem__("gpu_health", False))
     with pytest.raises(ProfileError, match=r"verify\.gpu_health: unknown key"):
         Catalog().load("tiny/cpu")
+
+
+# -- verify values that the vllm section states ---------------------------------------------------
+
+
+def test_verify_follows_the_vllm_section() -> None:
+    cat = Catalog()
+    for profile in cat.load_all():
+        v, args = profile.verify, profile.vllm
+        assert v.max_model_len == args["max-model-len"], profile.name
+        assert v.prefix_cache is args.get("enable-prefix-caching", True), profile.name
+        assert v.attention_backend == args.get("attention-backend"), profile.name
+        assert v.graph_mode is not (args.get("enforce-eager") is True), profile.name
+    assert cat.load("glm-5.3-flash/mi355x").verify.attention_backend == "ROCM_AITER_MLA_SPARSE"
+    assert cat.load("kimi-k3/b200").verify.prefix_cache is False
+    assert cat.load("tiny/cpu").verify.graph_mode is False
+
+
+@pytest.mark.parametrize(
+    ("rel", "key", "value", "profile"),
+    [
+        ("models/glm-5.3-flash/model.yaml", "max_model_len", 1048576, "glm-5.3-flash/h200"),
+        ("models/glm-5.3-flash/rocm.yaml", "attention_backend", "ROCM_AITER_MLA_SPARSE", "glm-5.3-flash/mi350x"),
+        ("models/kimi-k3/model.yaml", "prefix_cache", False, "kimi-k3/b200"),
+        ("models/tiny/model.yaml", "graph_mode", False, "tiny/cpu"),
+    ],
+)
+def test_verify_may_not_restate_vllm(config_tree: ConfigTree, rel: str, key: str, value: Any, profile: str) -> None:
+    config_tree.edit(rel, lambda d: d.setdefault("verify", {}).__setitem__(key, value))
+    with pytest.raises(ProfileError) as exc:
+        Catalog().load(profile)
+    assert f"{profile}: verify.{key}: {value!r} restates vllm" in str(exc.value)
+    assert f"({rel}); remove it" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("rel", "key", "value", "profile", "means"),
+    [
+        ("models/glm-5.3-flash/h200.yaml", "max_model_len", 524288, "glm-5.3-flash/h200", "1048576"),
+        ("models/glm-5.3-flash/rocm.yaml", "attention_backend", "TRITON_MLA", "glm-5.3-flash/mi355x", "'ROCM_AITER"),
+        ("models/glm-5.3-flash/model.yaml", "prefix_cache", False, "glm-5.3-flash/b200", "True"),
+        ("models/tiny/model.yaml", "graph_mode", True, "tiny/cpu", "False"),
+    ],
+)
+def test_verify_may_not_contradict_vllm(
+    config_tree: ConfigTree, rel: str, key: str, value: Any, profile: str, means: str
+) -> None:
+    config_tree.edit(rel, lambda d: d.setdefault("verify", {}).__setitem__(key, value))
+    with pytest.raises(ProfileError) as exc:
+        Catalog().load(profile)
+    msg = str(exc.value)
+    assert f"{profile}: verify.{key}: {value!r} contradicts vllm" in msg and f"which means {means}" in msg, msg
+    assert rel in msg
+
+
+def test_graph_mode_false_is_allowed_for_a_graphless_backend(config_tree: ConfigTree) -> None:
+    config_tree.edit("models/glm-5.3-flash/h200.yaml", lambda d: d.setdefault("verify", {}).update(graph_mode=False))
+    assert Catalog().load("glm-5.3-flash/h200").verify.graph_mode is False
+
+
+@pytest.mark.parametrize(("written", "length"), [(4096, 4096), ("32k", 32000), ("1M", 1048576), ("2K", 2048)])
+def test_max_model_len_sizes(config_tree: ConfigTree, written: Any, length: int) -> None:
+    config_tree.edit("models/tiny/model.yaml", lambda d: d["vllm"].__setitem__("max-model-len", written))
+    assert Catalog().load("tiny/cpu").verify.max_model_len == length
+
+
+def test_verify_states_what_vllm_leaves_to_vllm(config_tree: ConfigTree) -> None:
+    """Without max-model-len vLLM uses the model's own length: the profile then says what to expect."""
+    config_tree.edit("models/tiny/model.yaml", lambda d: d["vllm"].pop("max-model-len"))
+    with pytest.raises(ProfileError, match=r"tiny/cpu \(merged from .*\): verify.max_model_len: Field required"):
+        Catalog().load("tiny/cpu")
+    config_tree.edit("models/tiny/model.yaml", lambda d: d["verify"].update(max_model_len=2048))
+    assert Catalog().load("tiny/cpu").verify.max_model_len == 2048

@@ -69,7 +69,7 @@ CASES = [
     ),
     (
         "glm-gfx950-aiter-bf16-kv",
-        "models/glm-5.3-flash/rocm.yaml",
+        "models/glm-5.3-flash/gfx950.yaml",
         "env",
         "VLLM_ROCM_USE_AITER_MOE",
         "1",
@@ -88,7 +88,7 @@ CASES = [
     ),
     (
         "glm-gfx950-aiter-bf16-kv",
-        "models/glm-5.3-flash/rocm.yaml",
+        "models/glm-5.3-flash/gfx950.yaml",
         "vllm",
         "kv-cache-dtype",
         "fp8",

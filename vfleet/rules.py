@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from vfleet.errors import ProfileError
+from vfleet.profile_verify import cudagraph_mode, is_true
 from vfleet.profiles import Profile
 
 
@@ -47,22 +47,10 @@ GLM = "glm-5.3-flash"
 KIMI = "kimi-k3"
 
 
-def _is_true(value: Any) -> bool:
-    return value is True or (isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"))
-
-
-def _cudagraph_mode(p: Profile) -> str | None:
-    cc = p.vllm.get("compilation-config")
-    if isinstance(cc, dict) and "cudagraph_mode" in cc:
-        return str(cc["cudagraph_mode"]).upper()
-    dotted = p.vllm.get("compilation-config.cudagraph_mode")
-    return str(dotted).upper() if dotted is not None else None
-
-
 def _no_enforce_eager(p: Profile) -> Iterator[Finding]:
-    if _is_true(p.vllm.get("enforce-eager")):
+    if is_true(p.vllm.get("enforce-eager")):
         yield Finding("vllm.enforce-eager", "is true, which disables CUDA/HIP graphs")
-    if _cudagraph_mode(p) == "NONE":
+    if cudagraph_mode(p.vllm) == "NONE":
         yield Finding("vllm.compilation-config.cudagraph_mode", "is NONE, which disables CUDA/HIP graphs")
 
 

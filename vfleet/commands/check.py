@@ -1,4 +1,5 @@
-"""`vfleet check`: load every profile and enforce every rule; exit non-zero on any violation."""
+"""`vfleet check`: load every profile and enforce every rule; exit non-zero on any violation, or on a layer
+file under serve_configs/models/ that no profile reads (a misspelt family, arch or platform)."""
 
 from __future__ import annotations
 
@@ -42,4 +43,10 @@ def run(args: argparse.Namespace) -> int:
         waived = "".join(f" [waived: {v.rule.id}]" for v in result.waived)
         print(f"ok   {name}{waived}")
     print(f"{len(names) - failed} of {len(names)} profiles pass {len(RULES)} rules")
-    return 1 if failed else 0
+    try:
+        stray = [] if args.profiles else catalog.stray_layers()
+    except ProfileError as exc:
+        stray = [str(exc)]
+    for line in stray:
+        print(f"FAIL layer {line}; rename it or remove it", file=sys.stderr)
+    return 1 if failed or stray else 0
