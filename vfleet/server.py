@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
+import psutil
+
 from vfleet.errors import VfleetError
 from vfleet.profiles import Profile
 from vfleet.verify.client import status_of
@@ -38,44 +40,26 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _descendants(pid: int) -> list[int]:
-    """All live descendants of pid, read from /proc (children may have left the process group)."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid ...; comm may hold spaces and parentheses
-        ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
-        parents.setdefault(ppid, []).append(int(entry.name))
-    out: list[int] = []
-    todo = [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _stat(pid: int) -> list[str] | None:
+def _children(pid: int) -> list[psutil.Process]:
+    """All live descendants of pid (children may have left the process group)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rfind(")") + 2 :].split()
+        return list(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return []
 
 
-def _start_time(pid: int) -> str | None:
-    fields = _stat(pid)
-    return fields[19] if fields else None  # field 22 of /proc/PID/stat (state is field 3)
+def _descendants(pid: int) -> list[int]:
+    return [p.pid for p in _children(pid)]
 
 
-def _is_zombie(pid: int) -> bool:
-    fields = _stat(pid)
-    return bool(fields and fields[0] == "Z")
+def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of PROCS still running (psutil checks that the pid was not reused) and not zombies."""
+    out = []
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+    return out
 
 
 def _log_tail(path: Path, lines: int = 25) -> str:
@@ -194,23 +178,20 @@ class VllmServer:
         proc = self.proc
         if proc is None:
             return
-        kids = {p: _start_time(p) for p in _descendants(proc.pid)}
+        kids = {p.pid: p for p in _children(proc.pid)}
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace_s)
-        kids.update({p: _start_time(p) for p in _descendants(proc.pid)})
+        kids.update({p.pid: p for p in _children(proc.pid)})
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        for pid, started in kids.items():
-            if started is not None and _start_time(pid) == started:  # the same process, not a reused pid
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+        for p in _alive(list(kids.values())):  # the same processes: psutil refuses a reused pid
+            with contextlib.suppress(psutil.Error):
+                p.kill()
         proc.wait(timeout=30)
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and any(
-            started is not None and _start_time(pid) == started and not _is_zombie(pid) for pid, started in kids.items()
-        ):
+        while time.monotonic() < deadline and _alive(list(kids.values())):
             time.sleep(0.2)
         self.proc = None
 
