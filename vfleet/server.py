@@ -322,19 +322,11 @@ def image_present(image: str) -> bool:
 
 def image_labels(image: str) -> dict[str, str] | None:
     """The labels of local ``image`` ({} when it has none); None when docker or the image is missing."""
-    import shutil
+    from vfleet.dockerd import DockerError, docker
 
-    if shutil.which("docker") is None:
-        return None
     try:
-        proc = subprocess.run(
-            ["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", image],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        proc = docker("image", "inspect", "--format", "{{json .Config.Labels}}", image, check=False, timeout=30)
+    except (DockerError, OSError, subprocess.TimeoutExpired):
         return None
     if proc.returncode != 0:
         return None
