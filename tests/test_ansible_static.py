@@ -118,3 +118,23 @@ def test_forks_follow_the_run_so_a_batch_never_waits_in_rounds() -> None:
     cfg = (ansible_dir() / "ansible.cfg").read_text()
     assert f"forks = {MIN_FORKS}" in cfg
     assert [forks_for(n) for n in (1, 32, 33, 250, 1000)] == [MIN_FORKS, 32, 33, 250, MAX_FORKS]
+
+
+def test_every_command_works_without_an_ansible_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Inside an image there is no ansible/ tree: building the CLI (any vfleet command, the entrypoint
+    included) must not read it, and a fleet run there names what is missing."""
+    import vfleet.fleet.ansible as ansible_mod
+    from vfleet.cli import main
+
+    monkeypatch.setattr(ansible_mod, "ansible_dir", lambda: tmp_path / "no-ansible")
+    assert main(["profiles"]) == 0
+    capsys.readouterr()
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all: {}\n")
+    assert main(["fleet", "status", "-i", str(inv)]) != 0
+    err = capsys.readouterr().err
+    assert "no-ansible/status.yml does not exist: run vfleet fleet from a vfleet checkout" in err, err
+    with pytest.raises(VfleetError, match=r"no-ansible/roles/vfleet/defaults/main\.yml: cannot read the role defaults"):
+        ansible_mod.role_defaults("vfleet")

@@ -34,7 +34,8 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
         name, help="fleet rollout with Ansible; test fleet", description=__doc__
     )
     fs = p.add_subparsers(dest="fleet_command", required=True, metavar="ACTION")
-    knobs = role_defaults("vfleet")
+    # The defaults are named, not read: every vfleet command builds this parser, also inside an image,
+    # which holds no ansible/ tree. They are read where a run needs them.
 
     for pb, text in (
         ("rollout", "canary then batches onto --image"),
@@ -54,14 +55,17 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
                 "--max-failed-nodes",
                 type=int,
                 help="failed nodes over the whole run after which no further batch starts "
-                f"(-1: no cap; default {knobs['vfleet_max_failed_nodes']})",
+                "(-1: no cap; default: vfleet_max_failed_nodes of ansible/roles/vfleet/defaults/main.yml)",
             )
             q.add_argument(
                 "--break-lock",
                 action="store_true",
                 help="take the fleet lock over from another run (its holder is printed); only when that run is gone",
             )
-        q.add_argument("--targets", help=f"inventory group to act on (default {knobs['vfleet_targets']})")
+        q.add_argument(
+            "--targets",
+            help="inventory group to act on (default: vfleet_targets of ansible/roles/vfleet/defaults/main.yml)",
+        )
         q.add_argument(
             "--limit", help="ansible --limit pattern (localhost is added: the lock, gates and canary always run)"
         )

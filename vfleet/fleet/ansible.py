@@ -33,7 +33,14 @@ def ansible_dir() -> Path:
 
 def role_defaults(role: str) -> dict[str, Any]:
     """The defaults of ROLE as its defaults/main.yml writes them, the one place they are written."""
-    data = yaml.safe_load((ansible_dir() / "roles" / role / "defaults" / "main.yml").read_text())
+    path = ansible_dir() / "roles" / role / "defaults" / "main.yml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise VfleetError(
+            f"{path}: cannot read the role defaults ({exc.strerror}); run vfleet fleet from a vfleet checkout "
+            "(the images hold no ansible/ tree)"
+        ) from exc
     return dict(data or {})
 
 
@@ -67,10 +74,15 @@ def playbook_argv(
         raise VfleetError(
             f"inventory {inventory} does not exist: pass --inventory PATH (e.g. ansible/inventories/example)"
         )
+    book = ansible_dir() / f"{playbook}.yml"
+    if not book.is_file():
+        raise VfleetError(
+            f"{book} does not exist: run vfleet fleet from a vfleet checkout (the images hold no ansible/ tree)"
+        )
     exe = bin_dir() / "ansible-playbook"
     if not exe.exists():
         raise VfleetError(f"{exe} is missing: install the dev extras (pip install -e '.[dev]') for ansible")
-    argv = [str(exe), "-i", str(inventory), str(ansible_dir() / f"{playbook}.yml")]
+    argv = [str(exe), "-i", str(inventory), str(book)]
     if extra_vars:
         argv += ["--extra-vars", json.dumps(extra_vars)]
     if limit:
