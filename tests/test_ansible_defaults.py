@@ -4,13 +4,15 @@ every variable of defaults/main.yml is an option of some entry point or is liste
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from vfleet.fleet.ansible import ansible_dir
 
@@ -42,18 +44,41 @@ def _templated(value: Any) -> bool:
     return False
 
 
-def _type_error(name: str, spec: dict[str, Any], value: Any) -> str | None:
-    """Why VALUE does not satisfy the option's spec as ansible-core checks it (None: it does). A value
-    that ansible-core would convert (8000 for a str, "yes" for a bool) does not satisfy it either."""
-    option = {k: v for k, v in spec.items() if k not in ("default", "required")}
+# ansible-core's own validator, run in a child process: importing ansible.module_utils patches
+# sys.intern for the whole interpreter, after which `import torch` fails (torch._dynamo), and the test
+# run imports torch later (the tiny model, vLLM's parser, the kernels).
+_VALIDATE = """
+import json, sys
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+out = []
+for name, option, value in json.load(sys.stdin):
     result = ArgumentSpecValidator({name: option}).validate({name: value})
-    if result.error_messages:
-        return "; ".join(result.error_messages)
-    checked = result.validated_parameters[name]
-    widened = spec.get("type") == "float" and isinstance(value, int) and not isinstance(value, bool)
-    if checked != value or (type(checked) is not type(value) and not widened):
-        return f"type {spec.get('type', 'str')} converts it to {checked!r}"
-    return None
+    out.append([result.error_messages, result.validated_parameters.get(name)])
+json.dump(out, sys.stdout)
+"""
+
+
+def _type_errors(checks: list[tuple[str, dict[str, Any], Any]]) -> list[str | None]:
+    """For each (name, spec, value): why VALUE does not satisfy the option's spec as ansible-core checks
+    it (None: it does). A value that ansible-core would convert (8000 for a str, "yes" for a bool) does
+    not satisfy it either."""
+    batch = [
+        (name, {k: v for k, v in spec.items() if k not in ("default", "required")}, value)
+        for name, spec, value in checks
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", _VALIDATE], input=json.dumps(batch), capture_output=True, text=True, check=True
+    )
+    out: list[str | None] = []
+    for (_, spec, value), (errors, checked) in zip(checks, json.loads(proc.stdout), strict=True):
+        widened = spec.get("type") == "float" and isinstance(value, int) and not isinstance(value, bool)
+        if errors:
+            out.append("; ".join(errors))
+        elif checked != value or (type(checked) is not type(value) and not widened):
+            out.append(f"type {spec.get('type', 'str')} converts it to {checked!r}")
+        else:
+            out.append(None)
+    return out
 
 
 def disagreements(role_dir: Path, internal: frozenset[str] = frozenset()) -> list[str]:
@@ -73,6 +98,7 @@ def disagreements(role_dir: Path, internal: frozenset[str] = frozenset()) -> lis
             entries.setdefault(key, []).append(entry)
             specs_of[key] = option
     options = {name for name, _ in entries}
+    typed: list[tuple[str, str, dict[str, Any], Any]] = []
     for (name, text), names in entries.items():
         option = specs_of[(name, text)]
         where = f"{role}: {', '.join(names)}: {name}"
@@ -89,7 +115,8 @@ def disagreements(role_dir: Path, internal: frozenset[str] = frozenset()) -> lis
             out.append(f"{where}: argument spec has no default, defaults/main.yml {value!r}")
         if option.get("required"):
             out.append(f"{where}: required, yet defaults/main.yml gives it {value!r}")
-        error = _type_error(name, option, value)
+        typed.append((where, name, option, value))
+    for (where, _, _, value), error in zip(typed, _type_errors([t[1:] for t in typed]), strict=True):
         if error:
             out.append(f"{where}: defaults/main.yml {value!r} does not satisfy the argument spec: {error}")
     for name in sorted(defaults):
