@@ -29,6 +29,17 @@ STANDIN_WHEELS = [
     "typing_inspection",
     "pyyaml",
     "setuptools",
+    # vfleet's plumbing libraries (vLLM depends on each): the HTTP client and its dependencies,
+    # the /metrics parser, the process tree.
+    "httpx",
+    "httpcore",
+    "h11",
+    "anyio",
+    "idna",
+    "certifi",
+    "sniffio",
+    "prometheus_client",
+    "psutil",
 ]
 
 
@@ -148,9 +159,13 @@ def build_standin(force: bool = False) -> str:
     """A local base with the layout of the pinned GPU bases (versions.json): the pinned vLLM's Python tree
     in /usr/local/lib/python3.12/dist-packages/vllm (no compiled kernels, no torch, no GPU)."""
     ref = standin_ref()
+    recipe = standin_recipe()
     if image_exists(ref) and not force:
-        _log(f"stand-in {ref} exists")
-        return ref
+        have = docker("image", "inspect", "--format", f'{{{{ index .Config.Labels "{RECIPE_LABEL}" }}}}', ref)
+        if have.stdout.strip() == recipe:
+            _log(f"stand-in {ref} exists")
+            return ref
+        _log(f"stand-in {ref} was built from another recipe; rebuilding it")
     build_base()
     fetch_wheels()
     version = pinned().vllm_version
@@ -173,5 +188,18 @@ def build_standin(force: bool = False) -> str:
             os.link(whl, ctx / "wheels" / whl.name)
     shutil.copy(ROOT / "images" / "Dockerfile.standin", ctx / "Dockerfile")
     _log(f"building stand-in {ref}")
-    _docker_build(["--tag", ref, "--build-arg", f"BASE_IMAGE={base_ref()}", str(ctx)])
+    _docker_build(
+        ["--tag", ref, "--label", f"{RECIPE_LABEL}={recipe}", "--build-arg", f"BASE_IMAGE={base_ref()}", str(ctx)]
+    )
     return ref
+
+
+RECIPE_LABEL = "org.vfleet.standin.recipe"
+
+
+def standin_recipe() -> str:
+    """What the stand-in is made of (its Dockerfile, the wheels it takes, the pinned vLLM): a stand-in
+    built from another recipe is rebuilt rather than reused."""
+    h = hashlib.sha256((ROOT / "images" / "Dockerfile.standin").read_bytes())
+    h.update(repr((sorted(STANDIN_WHEELS), pinned().vllm_version)).encode())
+    return "sha256:" + h.hexdigest()
