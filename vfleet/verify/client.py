@@ -18,10 +18,16 @@ UNAUTHORIZED_HINT = (
 )
 
 
+#: One client for the process: thread-safe, with a connection pool. A client per request would build
+#: an SSL context each time (certifi's bundle), about as much CPU as a short request itself; under the
+#: load levels that overhead squeezed the difference between two servers (tests/test_ab.py).
+HTTP = httpx.Client()
+
+
 def status_of(url: str, timeout_s: float = 5.0) -> int:
     """HTTP status of GET URL; 0 when nothing answers (refused, timed out, reset)."""
     try:
-        return httpx.get(url, timeout=timeout_s).status_code
+        return HTTP.get(url, timeout=timeout_s).status_code
     except (httpx.HTTPError, OSError):
         return 0
 
@@ -49,7 +55,7 @@ class Client:
 
     def get(self, path: str, timeout_s: float | None = None) -> tuple[int, str]:
         """(status, body) of GET PATH; a server that does not answer raises httpx.TransportError."""
-        resp = httpx.get(self.base_url.rstrip("/") + path, headers=self._headers(), timeout=timeout_s or self.timeout_s)
+        resp = HTTP.get(self.base_url.rstrip("/") + path, headers=self._headers(), timeout=timeout_s or self.timeout_s)
         return resp.status_code, resp.text
 
     def get_json(self, path: str) -> Any:
@@ -60,7 +66,7 @@ class Client:
 
     def post_json(self, path: str, payload: dict[str, Any], timeout_s: float | None = None) -> Any:
         url = self.base_url.rstrip("/") + path
-        resp = httpx.post(url, json=payload, headers=self._headers(), timeout=timeout_s or self.timeout_s)
+        resp = HTTP.post(url, json=payload, headers=self._headers(), timeout=timeout_s or self.timeout_s)
         if resp.status_code >= 400:
             raise HttpError(path, resp.status_code, resp.text)
         return resp.json()
@@ -163,7 +169,7 @@ def stream_completion(
     res = StreamResult(ok=False, name=name)
     t0 = time.perf_counter()
     try:
-        with httpx.stream("POST", url, json=payload, headers=client._headers(), timeout=timeout_s) as resp:
+        with HTTP.stream("POST", url, json=payload, headers=client._headers(), timeout=timeout_s) as resp:
             if resp.status_code != 200:
                 res.error = f"HTTP {resp.status_code}: {resp.read().decode(errors='replace')[:200]}"
                 return _finish(res, t0)
