@@ -13,10 +13,10 @@ import pytest
 
 from vfleet import tinymodel
 from vfleet.errors import VfleetError
-from vfleet.fleet.docker import ids_by_label
-from vfleet.fleet.images import build_fake_images, build_node_image
 from vfleet.server import ServerError
 from vfleet.staging import Candidate, stage
+from vfleet.testing.docker import ids_by_label
+from vfleet.testing.images import build_fake_images, build_node_image
 
 VFLEET = [sys.executable, "-m", "vfleet"]
 

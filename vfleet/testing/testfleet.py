@@ -25,10 +25,10 @@ import yaml
 
 from vfleet.errors import VfleetError
 from vfleet.fleet.ansible import run_playbook
-from vfleet.fleet.docker import docker, ids_by_label
-from vfleet.fleet.fleetmodel import LABEL, LB_PORT, Fleet, Node, load, state_dir
-from vfleet.fleet.images import NODE_IMAGE, build_node_image
-from vfleet.fleet.registrylog import RegistryRequest
+from vfleet.testing.docker import docker, ids_by_label
+from vfleet.testing.fleetmodel import LABEL, LB_PORT, Fleet, Node, load, state_dir
+from vfleet.testing.images import NODE_IMAGE, build_node_image
+from vfleet.testing.registrylog import RegistryRequest
 
 #: The fleet model (fleetmodel) and the registry log reader (registrylog) are re-exported here.
 __all__ = [
@@ -73,7 +73,7 @@ DIND_FLAGS = [
     "/var/lib/docker",
 ]
 
-#: Stand-in boot-verify for the light stand-in images (vfleet/fleet/images.py FAKE_VARIANTS): GET /verify.
+#: Stand-in boot-verify for the light stand-in images (vfleet/testing/images.py FAKE_VARIANTS): GET /verify.
 VERIFY_STANDIN = [
     sys.executable,
     "-c",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from vfleet import PACKAGE_DIR
 from vfleet.errors import VfleetError
-from vfleet.fleet.docker import docker, docker_bin, image_exists
+from vfleet.testing.docker import docker, docker_bin, image_exists
 
 #: Bump the recipe tag whenever the node image recipe changes.
 NODE_IMAGE = "vfleet-fleet-node:bookworm-r3"
