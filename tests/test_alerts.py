@@ -18,7 +18,7 @@ import yaml
 from conftest import REPO, ConfigTree
 
 from vfleet import monitoring
-from vfleet.monitoring import DEFAULT_BOUNDS, Fleet, runner
+from vfleet.monitoring import DEFAULT_BOUNDS, Fleet, rules, runner
 
 MON = REPO / "monitoring"
 RULES = MON / monitoring.RULES_FILE
@@ -251,7 +251,7 @@ def test_cli_check_passes_on_the_committed_files() -> None:
 
 def test_latency_bounds_sit_on_bucket_edges() -> None:
     recorded = monitoring.load_recorded(RECORDED)
-    for hist, bound in ((monitoring.TTFT, DEFAULT_BOUNDS.ttft_max_s), (monitoring.TPOT, DEFAULT_BOUNDS.tpot_max_s)):
+    for hist, bound in ((rules.TTFT, DEFAULT_BOUNDS.ttft_max_s), (rules.TPOT, DEFAULT_BOUNDS.tpot_max_s)):
         assert bound in [float(le) for le, _ in recorded.buckets(hist)], (hist, bound)
 
 

@@ -27,12 +27,12 @@ from typing import Any
 import pytest
 import yaml
 
-from vfleet.fleet import testfleet
 from vfleet.fleet.ansible import env as ansible_env
 from vfleet.fleet.ansible import playbook_argv
-from vfleet.fleet.docker import docker
-from vfleet.fleet.images import build_fake_images, build_node_image, cache_dir
 from vfleet.paths import profiles_digest
+from vfleet.testing import testfleet
+from vfleet.testing.docker import docker
+from vfleet.testing.images import build_fake_images, build_node_image, cache_dir
 
 pytestmark = pytest.mark.slow
 

@@ -37,12 +37,12 @@ from typing import Any
 import pytest
 
 from vfleet import tinymodel
-from vfleet.fleet import testfleet
-from vfleet.fleet.docker import docker, docker_bin
-from vfleet.fleet.images import build_node_image, cache_dir
-from vfleet.fleet.loadgen import LoadGen
 from vfleet.paths import profiles_digest
 from vfleet.server import image_labels
+from vfleet.testing import testfleet
+from vfleet.testing.docker import docker, docker_bin
+from vfleet.testing.images import build_node_image, cache_dir
+from vfleet.testing.loadgen import LoadGen
 
 pytestmark = [
     pytest.mark.slow,

@@ -13,10 +13,10 @@ import pytest
 
 from vfleet import tinymodel
 from vfleet.errors import VfleetError
-from vfleet.fleet.docker import ids_by_label
-from vfleet.fleet.images import build_fake_images, build_node_image
 from vfleet.server import ServerError
 from vfleet.staging import Candidate, stage
+from vfleet.testing.docker import ids_by_label
+from vfleet.testing.images import build_fake_images, build_node_image
 
 VFLEET = [sys.executable, "-m", "vfleet"]
 
@@ -52,7 +52,7 @@ def test_a_candidate_that_never_becomes_healthy_leaves_nothing_and_is_not_promot
     image = build_fake_images()["unhealthy"]
     registry = tmp_path / "promotions.jsonl"
     before = set(ids_by_label("container", "org.vfleet.role=staging"))
-    with pytest.raises(ServerError, match=r"did not answer /health within 8 s"):
+    with pytest.raises(ServerError, match=r"timed out after 8 s waiting for container \S+ to answer /health"):
         stage([Candidate(image)], "tiny/cpu", tinymodel.build(), out_root=tmp_path / "r", registry=registry,
               health_timeout_s=8)  # fmt: skip
     assert set(ids_by_label("container", "org.vfleet.role=staging")) == before, "a staging container was left"

@@ -528,7 +528,7 @@ def test_server_fixture_bounds_the_health_wait_and_kills_children(model_dir: Pat
         if server.proc is not None:
             seen.extend(_descendants(server.proc.pid))
 
-    with pytest.raises(ServerError, match=r"did not answer /health within 20 s"):
+    with pytest.raises(ServerError, match=r"timed out after 20 s waiting for vLLM to answer /health"):
         server.start(progress=progress)
     assert seen, "the server started no child processes (nothing to check)"
     alive = [p for p in set(seen) if Path(f"/proc/{p}").exists() and "Z" not in _state(p)]

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from vfleet.errors import SelectError
 from vfleet.profiles import Catalog, Platform, Profile
@@ -63,55 +64,48 @@ def parse_nvidia_smi(text: str) -> HostInfo | None:
     return HostInfo("nvidia", ",".join(sorted(caps)), names, "nvidia-smi")
 
 
-def parse_amd_smi(text: str) -> HostInfo | None:
-    """Parse `amd-smi static --asic --json` (a list of GPUs, or {"gpu_data": [...]} in newer releases)."""
+def _json(text: str) -> Any:
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except ValueError:
         return None
+
+
+def _amd_host(cards: list[tuple[object, object]], source: str) -> HostInfo | None:
+    """The AMD host of CARDS (product name, gfx target) as a tool reported them; None without a name."""
+    names = [n for n in (str(name).strip() for name, _ in cards) if n]
+    archs = {a for a in (str(arch).strip() for _, arch in cards) if a}
+    if not names:
+        return None
+    return HostInfo("amd", ",".join(sorted(archs)) or "unknown", names, source)
+
+
+def parse_amd_smi(text: str) -> HostInfo | None:
+    """Parse `amd-smi static --asic --json` (a list of GPUs, or {"gpu_data": [...]} in newer releases)."""
+    data = _json(text)
     if isinstance(data, dict):
         data = data.get("gpu_data", [])
     if not isinstance(data, list):
         return None
-    names: list[str] = []
-    archs: set[str] = set()
-    for gpu in data:
-        asic = gpu.get("asic", {}) if isinstance(gpu, dict) else {}
-        if not isinstance(asic, dict):
-            continue
-        name = str(asic.get("market_name", "")).strip()
-        arch = str(asic.get("target_graphics_version", "")).strip()
-        if name:
-            names.append(name)
-        if arch:
-            archs.add(arch)
-    if not names:
-        return None
-    return HostInfo("amd", ",".join(sorted(archs)) or "unknown", names, "amd-smi")
+    asics = [gpu.get("asic", {}) for gpu in data if isinstance(gpu, dict)]
+    cards = [(a.get("market_name", ""), a.get("target_graphics_version", "")) for a in asics if isinstance(a, dict)]
+    return _amd_host(cards, "amd-smi")
 
 
 def parse_rocm_smi(text: str) -> HostInfo | None:
     """Parse `rocm-smi --showproductname --json` ({"card0": {"Card Series": ..., "GFX Version": ...}})."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
+    data = _json(text)
     if not isinstance(data, dict):
         return None
-    names: list[str] = []
-    archs: set[str] = set()
-    for key, card in sorted(data.items()):
-        if not key.startswith("card") or not isinstance(card, dict):
-            continue
-        name = str(card.get("Card Series") or card.get("Card series") or card.get("Card Model") or "").strip()
-        arch = str(card.get("GFX Version", "")).strip()
-        if name:
-            names.append(name)
-        if arch:
-            archs.add(arch)
-    if not names:
-        return None
-    return HostInfo("amd", ",".join(sorted(archs)) or "unknown", names, "rocm-smi")
+    cards = [
+        (
+            card.get("Card Series") or card.get("Card series") or card.get("Card Model") or "",
+            card.get("GFX Version", ""),
+        )
+        for key, card in sorted(data.items())
+        if key.startswith("card") and isinstance(card, dict)
+    ]
+    return _amd_host(cards, "rocm-smi")
 
 
 def detect_host(runner: Runner = run_tool) -> HostInfo:

@@ -12,10 +12,10 @@ import fcntl
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 from vfleet.errors import VfleetError
+from vfleet.waiting import wait_until
 
 LOCK = Path("/tmp/vfleet-dockerd.lock")
 LOG = Path("/tmp/vfleet-dockerd.log")
@@ -86,13 +86,13 @@ def ensure_dockerd(timeout: float = 90.0) -> str:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if daemon_up():
-                return "started"
-            time.sleep(1)
+        wait_until(daemon_up, timeout, 1.0, f"dockerd to answer on {SOCKET}", state=_log_tail, error=DockerError)
+        return "started"
+
+
+def _log_tail() -> str:
     tail = LOG.read_text(errors="replace")[-1500:] if LOG.exists() else ""
-    raise DockerError(f"dockerd did not answer within {timeout:.0f} s; its log ({LOG}) ends with:\n{tail}")
+    return f"its log ({LOG}) ends with:\n{tail}"
 
 
 def buildkit_client_ok() -> bool:

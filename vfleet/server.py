@@ -28,6 +28,7 @@ from vfleet.errors import VfleetError
 from vfleet.profiles import Profile
 from vfleet.verify.client import status_of
 from vfleet.vllm_args import ensure_vllm_dist_metadata, serve_argv, write_config
+from vfleet.waiting import WaitTimeout, wait_until
 
 
 class ServerError(VfleetError):
@@ -60,6 +61,15 @@ def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
             if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
                 out.append(p)
     return out
+
+
+def _health_ok(url: str, t0: float, progress: Callable[[float], None] | None) -> bool:
+    """Whether URL/health answers 200; if not, PROGRESS hears the seconds since T0."""
+    if status_of(f"{url}/health", timeout_s=2) == 200:
+        return True
+    if progress is not None:
+        progress(time.monotonic() - t0)
+    return False
 
 
 def _log_tail(path: Path, lines: int = 25) -> str:
@@ -151,26 +161,27 @@ class VllmServer:
         return self
 
     def _wait_healthy(self, t0: float, progress: Callable[[float], None] | None) -> None:
-        assert self.proc is not None
-        deadline = t0 + self.health_timeout_s
-        while True:
-            rc = self.proc.poll()
+        proc = self.proc
+        assert proc is not None
+
+        def healthy() -> bool:
+            rc = proc.poll()
             if rc is not None:
                 raise ServerError(
                     f"vLLM exited with code {rc} before /health answered (log {self.log_path}):\n"
                     f"{_log_tail(self.log_path)}"
                 )
-            if status_of(f"{self.url}/health", timeout_s=2) == 200:
-                return
-            now = time.monotonic()
-            if progress is not None:
-                progress(now - t0)
-            if now > deadline:
-                raise ServerError(
-                    f"vLLM did not answer /health within {self.health_timeout_s:.0f} s (log {self.log_path}):\n"
-                    f"{_log_tail(self.log_path)}"
-                )
-            time.sleep(1.0)
+            return _health_ok(self.url, t0, progress)
+
+        wait_until(
+            healthy,
+            self.health_timeout_s,
+            1.0,
+            f"vLLM to answer /health on {self.url}",
+            state=lambda: f"log {self.log_path} ends with:\n{_log_tail(self.log_path)}",
+            since=t0,
+            error=ServerError,
+        )
 
     def stop(self, grace_s: float = 20.0) -> None:
         """SIGTERM the process group, SIGKILL it after ``grace_s``, then SIGKILL every process that was
@@ -190,9 +201,9 @@ class VllmServer:
             with contextlib.suppress(psutil.Error):
                 p.kill()
         proc.wait(timeout=30)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and _alive(list(kids.values())):
-            time.sleep(0.2)
+        # Up to 15 s for the killed descendants to go; one that lingers is not stop()'s failure.
+        with contextlib.suppress(WaitTimeout):
+            wait_until(lambda: not _alive(list(kids.values())), 15, 0.2, "the server's processes to exit")
         self.proc = None
 
     def __enter__(self) -> VllmServer:
@@ -281,22 +292,26 @@ class ContainerServer:
         """Wait (bounded by health_timeout_s) until /health answers 200; a container that exits first
         is an error with its last log lines. On any failure the container is removed."""
         t0 = self._t0
+
+        def healthy() -> bool:
+            if _health_ok(self.url, t0, progress):
+                return True
+            state = self._docker("inspect", "--format", "{{.State.Running}}", self.name).stdout.strip()
+            if state != "true":
+                logs = self._docker("logs", "--tail", "25", self.name)
+                raise ServerError(f"container {self.name} exited before /health answered:\n{logs.stderr[-2000:]}")
+            return False
+
         try:
-            while True:
-                if status_of(f"{self.url}/health", timeout_s=2) == 200:
-                    break
-                state = self._docker("inspect", "--format", "{{.State.Running}}", self.name).stdout.strip()
-                if state != "true":
-                    logs = self._docker("logs", "--tail", "25", self.name)
-                    raise ServerError(f"container {self.name} exited before /health answered:\n{logs.stderr[-2000:]}")
-                now = time.monotonic()
-                if progress is not None:
-                    progress(now - t0)
-                if now - t0 > self.health_timeout_s:
-                    raise ServerError(
-                        f"container {self.name} did not answer /health within {self.health_timeout_s:.0f} s"
-                    )
-                time.sleep(1.0)
+            wait_until(
+                healthy,
+                self.health_timeout_s,
+                1.0,
+                f"container {self.name} to answer /health on {self.url}",
+                state=lambda: "its log ends with:\n" + self._docker("logs", "--tail", "25", self.name).stderr[-2000:],
+                since=t0,
+                error=ServerError,
+            )
         except BaseException:
             self.stop()
             raise

@@ -257,27 +257,28 @@ def run(a: Arm, b: Arm, s: AbSettings, aa: bool = False, progress: Callable[[str
     arms = out.arms
     t0 = time.monotonic()
     say = progress or (lambda _m: None)
+
+    def sweep(order: tuple[str, str], round_: int, into: list[Measurement]) -> bool:
+        """Measure every level on the arms in ORDER into INTO; False (and `broken` set) on a failure."""
+        for level in s.levels:
+            for pos, name in enumerate(order):
+                m, err = _measure(arms[name], level, s, round_, pos, t0)
+                if err:
+                    out.broken = err
+                    return False
+                assert m is not None
+                into.append(m)
+        return True
+
     try:
         if s.warmup:
-            for level in s.levels:
-                for pos, name in enumerate(("A", "B")):
-                    m, err = _measure(arms[name], level, s, -1, pos, t0)
-                    if err:
-                        out.broken = err
-                        return out
-                    assert m is not None
-                    out.warmup.append(m)
+            if not sweep(("A", "B"), -1, out.warmup):
+                return out
             say(f"warm-up done in {time.monotonic() - t0:.0f} s")
         for k in range(s.rounds):
             order = arm_order(k)
-            for level in s.levels:
-                for pos, name in enumerate(order):
-                    m, err = _measure(arms[name], level, s, k, pos, t0)
-                    if err:
-                        out.broken = err
-                        return out
-                    assert m is not None
-                    out.measurements.append(m)
+            if not sweep(order, k, out.measurements):
+                return out
             say(f"round {k + 1}/{s.rounds} ({' '.join(order)}) done at {time.monotonic() - t0:.0f} s")
     finally:
         out.wall_s = time.monotonic() - t0

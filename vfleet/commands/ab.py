@@ -78,9 +78,7 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
         "and what `vfleet promote` matches when the profile sets verify.ab_not_worse",
     )
     p.add_argument("--image-b", metavar="REF", help="the image arm B runs (the candidate), likewise")
-    key = p.add_mutually_exclusive_group()
-    key.add_argument("--api-key-env", metavar="VAR", help="variable holding the API key (default VLLM_API_KEY)")
-    key.add_argument("--env-file", type=Path, metavar="FILE", help="docker env file whose VLLM_API_KEY is the key")
+    apikey.add_options(p)
     p.add_argument("--out", type=Path, help="report directory, must hold no A/B report (default REPORTS/ab-<time>)")
     return p
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from vfleet.errors import VfleetError
-from vfleet.fleet import testfleet
 from vfleet.fleet.ansible import forks_for, limit_hosts, role_defaults, run_playbook, with_controller
+from vfleet.testing import testfleet
 
 
 def _extra(pairs: list[str]) -> dict[str, Any]:

@@ -1,2 +1,2 @@
-"""Fleet rollout helpers: the rollout lock, the ansible-playbook wrapper and a test fleet of
-Docker-in-Docker nodes with a local registry (for CI and demos on one machine)."""
+"""Fleet rollout helpers for real fleets: the ansible-playbook wrapper and the role defaults it reads.
+The Docker-in-Docker test fleet lives in vfleet.testing."""

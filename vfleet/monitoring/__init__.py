@@ -14,7 +14,8 @@ buckets, its TTFT/TPOT distributions and finish reasons, its prefix-cache hit ra
 each alert fires on its fault series and stays silent on a healthy one.
 
 The parts: rules (names, bounds, the rules), promtests (the promtool unit tests, the recorded
-/metrics), dashboard (Grafana), runner (promtool itself). Every name is importable from here.
+/metrics), dashboard (Grafana), runner (promtool itself). What `vfleet alerts` and the tests use is
+importable from here; the metric names are vfleet.monitoring.rules's.
 """
 
 from __future__ import annotations
@@ -22,28 +23,10 @@ from __future__ import annotations
 from vfleet.monitoring.dashboard import render_dashboard
 from vfleet.monitoring.promtests import Recorded, load_recorded, recorded_metrics_path, render_tests
 from vfleet.monitoring.rules import (
-    BY,
     DASHBOARD_FILE,
     DEFAULT_BOUNDS,
-    E2E,
-    FINISHED,
-    GENERATED,
-    GENERATION_TOKENS,
-    ITL,
-    JOB,
-    KV_USAGE,
-    PC_HITS,
-    PC_QUERIES,
-    PREEMPTIONS,
-    PROMPT_TOKENS,
-    QUEUE_TIME,
     RULES_FILE,
-    RUNNING,
     TESTS_FILE,
-    TPOT,
-    TTFT,
-    UP,
-    WAITING,
     Alert,
     Bounds,
     Fleet,
@@ -53,28 +36,10 @@ from vfleet.monitoring.rules import (
 from vfleet.monitoring.runner import PromtoolError, ensure_promtool, promtool
 
 __all__ = [
-    "BY",
     "DASHBOARD_FILE",
     "DEFAULT_BOUNDS",
-    "E2E",
-    "FINISHED",
-    "GENERATED",
-    "GENERATION_TOKENS",
-    "ITL",
-    "JOB",
-    "KV_USAGE",
-    "PC_HITS",
-    "PC_QUERIES",
-    "PREEMPTIONS",
-    "PROMPT_TOKENS",
-    "QUEUE_TIME",
     "RULES_FILE",
-    "RUNNING",
     "TESTS_FILE",
-    "TPOT",
-    "TTFT",
-    "UP",
-    "WAITING",
     "Alert",
     "Bounds",
     "Fleet",

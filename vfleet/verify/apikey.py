@@ -8,6 +8,7 @@ report name the source, never the value.
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,22 @@ def parse_env_file(path: Path) -> dict[str, str]:
         elif name in os.environ:
             out[name] = os.environ[name]
     return out
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """--api-key-env VAR | --env-file FILE, the sources `resolve` takes, on a command's parser."""
+    key = parser.add_mutually_exclusive_group()
+    key.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help=f"environment variable that holds the API key (default: {VAR}, as vLLM's server reads it)",
+    )
+    key.add_argument(
+        "--env-file",
+        type=Path,
+        metavar="FILE",
+        help=f"the node's docker env file (e.g. /etc/vfleet/secrets.env): the API key is its {VAR}",
+    )
 
 
 def resolve(api_key_env: str | None = None, env_file: Path | None = None) -> ApiKey:

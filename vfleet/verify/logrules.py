@@ -32,6 +32,12 @@ class Family:
     only_with_graphs: bool = False
 
 
+def ic(*regexes: str | re.Pattern[str]) -> tuple[re.Pattern[str], ...]:
+    """A family's patterns: a regex given as text is compiled case-insensitive (runtimes and versions
+    spell the same fault in either case); one whose case matters is given compiled, and kept as it is."""
+    return tuple(r if isinstance(r, re.Pattern) else re.compile(r, IC) for r in regexes)
+
+
 #: A match right after one of these words is a statement that the fault did not happen
 #: ("no CUDA error", "without NCCL errors").
 NEGATED_BEFORE = re.compile(r"\b(?:no|not an?|without|zero|never)\s+$", IC)
@@ -51,56 +57,53 @@ FAMILIES: tuple[Family, ...] = (
         id="gpu-memory-fault",
         what="a GPU memory access fault or illegal address",
         source="REFERENCE section 4; ROCm runtime (`Memory access fault by GPU node-N`, `HW Exception by GPU`)",
-        patterns=(
-            re.compile(r"Memory access fault by GPU", IC),
-            re.compile(r"HW Exception by GPU", IC),
-            re.compile(r"\billegal (?:memory access|address)\b", IC),
-            re.compile(r"\bmisaligned address\b", IC),
-            re.compile(r"\bunspecified launch failure\b", IC),
-            re.compile(r"\bpage fault\b.*\bGPU\b|\bGPU\b.*\bpage fault\b", IC),
+        patterns=ic(
+            r"Memory access fault by GPU",
+            r"HW Exception by GPU",
+            r"\billegal (?:memory access|address)\b",
+            r"\bmisaligned address\b",
+            r"\bunspecified launch failure\b",
+            r"\bpage fault\b.*\bGPU\b|\bGPU\b.*\bpage fault\b",
         ),
     ),
     Family(
         id="gpu-runtime-error",
         what="a CUDA, HIP or HSA runtime (or vendor library) error, in any spelling and case",
         source="CUDA runtime cudaError_t, HIP hipError_t, HSA hsa_status_t names; torch.AcceleratorError; issue 11",
-        patterns=(
+        patterns=ic(
             # "CUDA error", "cuda runtime error", "HIP error:", "hsa error", "cuBLAS error", "hipBLASLt error"
-            re.compile(
-                r"\b(?:cuda|hip|hsa|cu|nvrtc|hiprtc|cublas(?:lt)?|hipblas(?:lt)?|rocblas|cudnn|miopen|cufft|cusparse"
-                r"|cusolver|curand|rccl_?hip)[ _-]?(?:runtime[ _-]|driver[ _-]|kernel[ _-])?error\b",
-                IC,
-            ),
+            r"\b(?:cuda|hip|hsa|cu|nvrtc|hiprtc|cublas(?:lt)?|hipblas(?:lt)?|rocblas|cudnn|miopen|cufft|cusparse"
+            r"|cusolver|curand|rccl_?hip)[ _-]?(?:runtime[ _-]|driver[ _-]|kernel[ _-])?error\b",
             # bare enum names: cudaErrorIllegalAddress, hipErrorIllegalAddress, hipErrorNoBinaryForGpu
-            re.compile(r"\b(?:cuda|hip|cu)Error[A-Z]\w*", IC),
+            r"\b(?:cuda|hip|cu)Error[A-Z]\w*",
             # CUDA_ERROR_ILLEGAL_ADDRESS, HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION, hipblas/cublas statuses
-            re.compile(r"\b(?:CUDA|HIP|HSA)_(?:STATUS_)?ERROR(?:_\w+)?\b", IC),
-            re.compile(r"\b(?:CUBLAS|HIPBLAS|ROCBLAS|CUDNN|MIOPEN)_STATUS_(?!SUCCESS\b)\w+", IC),
+            r"\b(?:CUDA|HIP|HSA)_(?:STATUS_)?ERROR(?:_\w+)?\b",
+            r"\b(?:CUBLAS|HIPBLAS|ROCBLAS|CUDNN|MIOPEN)_STATUS_(?!SUCCESS\b)\w+",
             re.compile(r"\bAcceleratorError\b"),
-            re.compile(r"\bdevice-side assert", IC),
+            r"\bdevice-side assert",
         ),
-        not_when=(re.compile(r"\b(?:cuda|hip)ErrorNone\b|_STATUS_SUCCESS\b", IC),),
+        not_when=ic(r"\b(?:cuda|hip)ErrorNone\b|_STATUS_SUCCESS\b"),
     ),
     Family(
         id="kernel-assert",
         what="an assert in a kernel or in C++ (`Assertion `...` failed`)",
         source="REFERENCE section 4 (assert strings from attention kernels)",
-        patterns=(re.compile(r"Assertion [`'\"].*[`'\"] failed", IC), re.compile(r"\bassert(?:ion)? failed\b", IC)),
+        patterns=ic(r"Assertion [`'\"].*[`'\"] failed", r"\bassert(?:ion)? failed\b"),
     ),
     Family(
         id="collective-error",
         what="an NCCL or RCCL error, or a collective watchdog timeout",
         source="NCCL/RCCL result codes (ncclSystemError, ...), `NCCL WARN`; torch ProcessGroupNCCL watchdog",
-        patterns=(
-            re.compile(r"\b[nr]ccl[ _-]?(?:error|warn|failure|abort)\w*\b", IC),
-            re.compile(r"\b[nr]ccl\w*Error\b", IC),
+        patterns=ic(
+            r"\b[nr]ccl[ _-]?(?:error|warn|failure|abort)\w*\b",
+            r"\b[nr]ccl\w*Error\b",
             re.compile(r"\bnccl[A-Z]\w*Error\b"),
-            re.compile(r"watchdog caught collective operation timeout", IC),
-            re.compile(r"\bcollective operation timeout\b", IC),
-            re.compile(r"\bWork[NR]CCL\(.*\) ran for \d+ milliseconds before timing out", IC),
-            re.compile(r"\bProcessGroup[NR]CCL\b.*\b(?:timed? ?out|timeout|abort\w*|error)\b", IC),
-            re.compile(r"\b[NR]CCL\b.*\b(?:timed out|watchdog|communicator (?:was )?abort\w*)", IC),
-            re.compile(r"\bheartbeat monitor\b.*\b(?:timed? ?out|timeout)\b", IC),
+            r"watchdog caught collective operation timeout",
+            r"\bcollective operation timeout\b",
+            r"\bWork[NR]CCL\(.*\) ran for \d+ milliseconds before timing out",
+            r"\bProcessGroup[NR]CCL\b.*\b(?:timed? ?out|timeout|abort\w*|error)\b",
+            r"\b[NR]CCL\b.*\b(?:timed out|watchdog|communicator (?:was )?abort\w*)",
+            r"\bheartbeat monitor\b.*\b(?:timed? ?out|timeout)\b",
         ),
     ),
     Family(
@@ -108,16 +111,14 @@ FAMILIES: tuple[Family, ...] = (
         what="out of memory from torch, CUDA, HIP or the CPU allocator",
         source="torch.OutOfMemoryError and its `Tried to allocate` text; cudaErrorMemoryAllocation; "
         "hipErrorOutOfMemory",
-        patterns=(
-            re.compile(r"\b(?:CUDA|HIP|XPU|GPU|CPU|device)\s+out of memory\b", IC),
-            re.compile(r"\bOutOfMemoryError\b", IC),
-            re.compile(r"\bTried to allocate [\d.]+ ?[KMGTP]i?B\b", IC),
-            re.compile(r"can(?:no|')t allocate memory", IC),
-            re.compile(r"\b(?:cudaErrorMemoryAllocation|hipErrorOutOfMemory|CUDA_ERROR_OUT_OF_MEMORY)\b", IC),
-            re.compile(
-                r"\b(?:HSA_STATUS_ERROR_OUT_OF_RESOURCES|CUBLAS_STATUS_ALLOC_FAILED|HIPBLAS_STATUS_ALLOC_FAILED)\b", IC
-            ),
-            re.compile(r"\boom[-_ ]?kill", IC),
+        patterns=ic(
+            r"\b(?:CUDA|HIP|XPU|GPU|CPU|device)\s+out of memory\b",
+            r"\bOutOfMemoryError\b",
+            r"\bTried to allocate [\d.]+ ?[KMGTP]i?B\b",
+            r"can(?:no|')t allocate memory",
+            r"\b(?:cudaErrorMemoryAllocation|hipErrorOutOfMemory|CUDA_ERROR_OUT_OF_MEMORY)\b",
+            r"\b(?:HSA_STATUS_ERROR_OUT_OF_RESOURCES|CUBLAS_STATUS_ALLOC_FAILED|HIPBLAS_STATUS_ALLOC_FAILED)\b",
+            r"\boom[-_ ]?kill",
             re.compile(r"\bMemoryError\b"),
         ),
     ),
@@ -125,44 +126,39 @@ FAMILIES: tuple[Family, ...] = (
         id="fatal-signal",
         what="a process killed by a fatal signal (segfault, abort, bus error, ...)",
         source="POSIX signals; Python faulthandler `Fatal Python error`; C++ `terminate called`",
-        patterns=(
-            re.compile(
-                r"\bSegmentation fault\b|\bBus error\b|\bIllegal instruction\b|\bFloating point exception\b", IC
-            ),
-            re.compile(r"\bcore dumped\b", IC),
-            re.compile(r"Fatal Python error", IC),
-            re.compile(r"terminate called (?:after throwing|without an active exception)", IC),
-            re.compile(
-                r"\b(?:received|caught|got|killed by|terminated by|died (?:with|of|from)|exited (?:with|on)|raised)\b"
-                r"[^.;]{0,40}?\b(?:SIG(?:SEGV|BUS|ILL|FPE|ABRT|KILL|SYS|TRAP)\b|signal (?:4|5|6|7|8|9|11|31)\b)",
-                IC,
-            ),
-            re.compile(r"\*\*\* SIG(?:SEGV|BUS|ILL|FPE|ABRT)\b", IC),
-            re.compile(r"\b(?:exit ?code|exitcode|returncode|return code)\s*[=:]?\s*-(?:4|6|7|8|9|11)\b", IC),
+        patterns=ic(
+            r"\bSegmentation fault\b|\bBus error\b|\bIllegal instruction\b|\bFloating point exception\b",
+            r"\bcore dumped\b",
+            r"Fatal Python error",
+            r"terminate called (?:after throwing|without an active exception)",
+            r"\b(?:received|caught|got|killed by|terminated by|died (?:with|of|from)|exited (?:with|on)|raised)\b"
+            r"[^.;]{0,40}?\b(?:SIG(?:SEGV|BUS|ILL|FPE|ABRT|KILL|SYS|TRAP)\b|signal (?:4|5|6|7|8|9|11|31)\b)",
+            r"\*\*\* SIG(?:SEGV|BUS|ILL|FPE|ABRT)\b",
+            r"\b(?:exit ?code|exitcode|returncode|return code)\s*[=:]?\s*-(?:4|6|7|8|9|11)\b",
         ),
         # Set-up lines name the signals a handler is registered for; they are not a crash.
-        not_when=(re.compile(r"faulthandler(?!.*Fatal Python error)", IC),),
+        not_when=ic(r"faulthandler(?!.*Fatal Python error)"),
     ),
     Family(
         id="jit-during-inference",
         what="a kernel compiled or autotuned while serving (Triton, TileLang, CuTeDSL, AITER, any compiler)",
         source="vllm/utils/jit_monitor.py (`<compiler> [kernel ]JIT compilation during inference`); AITER "
         "aiter/jit/core.py build lines",
-        patterns=(
+        patterns=ic(
             # "<compiler> [kernel ]JIT compilation during inference: <fn>" (not the monitor's own
             # "monitored JIT compilations during inference will use mode=warn")
-            re.compile(r"\b(?:JIT compil\w*|autotun\w*(?: benchmark\w*)?|compil\w*)\s+during inference\s*:", IC),
-            re.compile(r"\[aiter\].*\b(?:start(?:ing)? build|finish(?:ed)? build|build(?:ing)? \[?module)", IC),
-            re.compile(r"Triton autotuning for function\b", IC),
+            r"\b(?:JIT compil\w*|autotun\w*(?: benchmark\w*)?|compil\w*)\s+during inference\s*:",
+            r"\[aiter\].*\b(?:start(?:ing)? build|finish(?:ed)? build|build(?:ing)? \[?module)",
+            r"Triton autotuning for function\b",
         ),
     ),
     Family(
         id="eager-draft",
         what="a speculative draft model running eagerly while graph mode is expected",
         source="vllm/v1/worker/gpu/spec_decode/dflash/speculator.py (`running the draft eagerly`)",
-        patterns=(
-            re.compile(r"running the draft(?: model)? eager", IC),
-            re.compile(r"\bdraft(?: model)?\b.{0,40}\b(?:runs?|running|falls? back to)\s+(?:in\s+)?eager", IC),
+        patterns=ic(
+            r"running the draft(?: model)? eager",
+            r"\bdraft(?: model)?\b.{0,40}\b(?:runs?|running|falls? back to)\s+(?:in\s+)?eager",
         ),
         only_with_graphs=True,
     ),
@@ -170,13 +166,13 @@ FAMILIES: tuple[Family, ...] = (
         id="engine-died",
         what="the engine core or a worker process died",
         source="vllm/v1/engine/exceptions.py EngineDeadError; v1/engine/core.py; v1/executor/multiproc_executor.py",
-        patterns=(
+        patterns=ic(
             re.compile(r"\bEngineDeadError\b"),
-            re.compile(r"EngineCore encountered a fatal error", IC),
-            re.compile(r"\b(?:Engine core|Worker) proc\w*\b.*\bdied\b", IC),
-            re.compile(r"\bdied unexpectedly\b", IC),
-            re.compile(r"WorkerProc hit an exception", IC),
-            re.compile(r"Engine core initialization failed", IC),
+            r"EngineCore encountered a fatal error",
+            r"\b(?:Engine core|Worker) proc\w*\b.*\bdied\b",
+            r"\bdied unexpectedly\b",
+            r"WorkerProc hit an exception",
+            r"Engine core initialization failed",
         ),
     ),
 )

@@ -17,7 +17,6 @@ import json
 import os
 import secrets
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +24,11 @@ import yaml
 
 from vfleet.errors import VfleetError
 from vfleet.fleet.ansible import run_playbook
-from vfleet.fleet.docker import docker, ids_by_label
-from vfleet.fleet.fleetmodel import LABEL, LB_PORT, Fleet, Node, load, state_dir
-from vfleet.fleet.images import NODE_IMAGE, build_node_image
-from vfleet.fleet.registrylog import RegistryRequest
+from vfleet.testing.docker import docker, ids_by_label
+from vfleet.testing.fleetmodel import LABEL, LB_PORT, Fleet, Node, load, state_dir
+from vfleet.testing.images import NODE_IMAGE, build_node_image
+from vfleet.testing.registrylog import RegistryRequest
+from vfleet.waiting import wait_until
 
 #: The fleet model (fleetmodel) and the registry log reader (registrylog) are re-exported here.
 __all__ = [
@@ -73,7 +73,7 @@ DIND_FLAGS = [
     "/var/lib/docker",
 ]
 
-#: Stand-in boot-verify for the light stand-in images (vfleet/fleet/images.py FAKE_VARIANTS): GET /verify.
+#: Stand-in boot-verify for the light stand-in images (vfleet/testing/images.py FAKE_VARIANTS): GET /verify.
 VERIFY_STANDIN = [
     sys.executable,
     "-c",
@@ -109,13 +109,15 @@ def _network(name: str, labels: list[str]) -> tuple[str, str]:
 
 
 def wait_dockerd(container: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if docker("exec", container, "docker", "version", "--format", "{{.Server.Version}}", check=False).strip():
-            return
-        time.sleep(1)
-    log = docker("exec", container, "tail", "-n", "20", "/var/log/dockerd.log", check=False)
-    raise VfleetError(f"dockerd in fleet node {container} did not start in {timeout:.0f} s:\n{log}")
+    wait_until(
+        lambda: docker("exec", container, "docker", "version", "--format", "{{.Server.Version}}", check=False).strip(),
+        timeout,
+        1.0,
+        f"dockerd in fleet node {container} to start",
+        state=lambda: (
+            "its log ends with:\n" + docker("exec", container, "tail", "-n", "20", "/var/log/dockerd.log", check=False)
+        ),
+    )
 
 
 def write_inventory(

@@ -9,19 +9,18 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 from vfleet import PACKAGE_DIR
 from vfleet.errors import VfleetError
-from vfleet.fleet.docker import docker, docker_bin, image_exists
+from vfleet.images.base import debian_image
+from vfleet.testing.docker import docker, docker_bin, image_exists
 
 #: Bump the recipe tag whenever the node image recipe changes.
-NODE_IMAGE = "vfleet-fleet-node:bookworm-r3"
+NODE_IMAGE = "vfleet-fleet-node:bookworm-r4"
 DEBIAN_SUITE = "bookworm"
-DEBIAN_MIRROR = os.environ.get("VFLEET_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 NODE_PACKAGES = [
     "docker.io",
     "python3",
@@ -94,62 +93,21 @@ def build_node_image(tag: str = NODE_IMAGE) -> str:
     """Build the node image once (about 2 minutes); later calls return at once."""
     if image_exists(tag):
         return tag
-    if shutil.which("debootstrap") is None and os.geteuid() == 0:
-        apt_env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "debootstrap"]):
-            subprocess.run(argv, capture_output=True, check=False, env=apt_env, timeout=600)
-    if shutil.which("debootstrap") is None:
-        raise VfleetError("debootstrap is missing: apt-get install -y debootstrap (needed for the fleet node image)")
-    work = Path(tempfile.mkdtemp(prefix="node-rootfs-", dir=cache_dir()))
-    root = work / "rootfs"
-    try:
-        subprocess.run(
-            [
-                "debootstrap",
-                "--variant=minbase",
-                f"--include={','.join(NODE_PACKAGES)}",
-                DEBIAN_SUITE,
-                str(root),
-                DEBIAN_MIRROR,
-            ],
-            check=True,
-            capture_output=True,
-            timeout=900,
-        )
-        for junk in ("usr/share/doc", "usr/share/man", "usr/share/locale", "var/cache/apt/archives"):
-            shutil.rmtree(root / junk, ignore_errors=True)
-        init = root / "usr/local/sbin/vfleet-node-init"
-        init.write_text(NODE_INIT)
-        init.chmod(0o755)
-        (root / "etc/vfleet-registry.yml").write_text(REGISTRY_CONFIG)
-        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-        imp = subprocess.run(
-            [
-                docker_bin(),
-                "import",
-                "--change",
-                "LABEL org.vfleet.role=fleet-node",
-                "--change",
-                'ENTRYPOINT ["/usr/local/sbin/vfleet-node-init"]',
-                "--change",
-                "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                "-",
-                tag,
-            ],
-            stdin=tar.stdout,
-            capture_output=True,
-            timeout=900,
-            check=False,
-        )
-        tar.wait()
-        if imp.returncode != 0 or tar.returncode != 0:
-            raise VfleetError(f"docker import of the node image failed: {imp.stderr.decode(errors='replace')}")
-    except subprocess.CalledProcessError as exc:
-        tail = exc.stderr.decode(errors="replace")[-800:] if exc.stderr else ""
-        raise VfleetError(f"debootstrap of the fleet node image failed (mirror {DEBIAN_MIRROR}): {tail}") from exc
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return tag
+    return debian_image(
+        tag,
+        DEBIAN_SUITE,
+        NODE_PACKAGES,
+        labels={"org.vfleet.role": "fleet-node"},
+        changes=[
+            'ENTRYPOINT ["/usr/local/sbin/vfleet-node-init"]',
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ],
+        drop=["usr/share/doc", "usr/share/man", "usr/share/locale", "var/cache/apt/archives"],
+        files={
+            "usr/local/sbin/vfleet-node-init": (NODE_INIT, 0o755),
+            "etc/vfleet-registry.yml": (REGISTRY_CONFIG, 0o644),
+        },
+    )
 
 
 def build_fake_images(tag_prefix: str = FAKE_REPO, node_image: str = NODE_IMAGE) -> dict[str, str]:

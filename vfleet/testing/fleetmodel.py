@@ -1,7 +1,7 @@
 """A test fleet's state: its nodes, registry and balancer as `vfleet fleet up` left them (fleet.json in
 its state directory), and what the tests and benchmarks ask of a running fleet (push an image, a node's
 docker, a node's health, the bytes a pull moves, the registry's requests). Starting and removing a
-fleet is vfleet.fleet.testfleet, which re-exports these names.
+fleet is vfleet.testing.testfleet, which re-exports these names.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 
 from vfleet.errors import VfleetError
-from vfleet.fleet.docker import docker
-from vfleet.fleet.images import cache_dir
-from vfleet.fleet.registrylog import RegistryRequest
+from vfleet.testing.docker import docker
+from vfleet.testing.images import cache_dir
+from vfleet.testing.registrylog import RegistryRequest
 from vfleet.verify.client import status_of
 
 LABEL = "org.vfleet.fleet"
