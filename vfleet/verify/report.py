@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from vfleet.pages import report_html
+
 #: 2: `passed` fails closed on unexcused skips (`unexcused_skips`, `not_applicable`); `image` holds the
 #: image id and the registry manifest digest with its source (vfleet.verify.image.ImageRecord).
 SCHEMA = 2
@@ -224,4 +226,5 @@ def write(report: dict[str, Any], out: Path) -> Path:
     report["plots"] = plots
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     (out / "report.md").write_text(markdown(report, plots))
+    report_html.write(out)
     return out / "report.json"

@@ -1,0 +1,310 @@
+"""The two pages in headless Chromium: report.html (written by vfleet.verify.report.write, from the
+recorded H200 boot-verify runs) and the fleet page (from status JSON shaped as ansible/status.yml
+writes it: tests/fixtures/pages/status-cpu-node.json is a real one). Each page is rendered to a
+screenshot under .cache/pages/, its DOM is checked for the verdict and the rows, and it must raise no
+console or script error and make no request beyond its own file. The harness itself is shown to
+catch a page that does (a broken page written here)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO
+from page_browser import Browser, Rendered, browser
+
+from vfleet.pages import fleet_html, report_html
+from vfleet.verify import report
+
+H200 = REPO / "tests" / "fixtures" / "h200-verify"
+STATUS = REPO / "tests" / "fixtures" / "pages" / "status-cpu-node.json"
+META_KEYS = ("profile", "production", "url", "served_model", "image", "api_key", "docker_host", "log", "selected")
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Browser]:
+    with browser() as b:
+        yield b
+
+
+def clean(r: Rendered) -> Rendered:
+    assert not r.problems(), r.problems()
+    assert r.screenshot.stat().st_size > 5000, r.screenshot
+    return r
+
+
+def write_report(out: Path, run: str = "run2", boot: str = "graph", **changes: Any) -> Path:
+    """A recorded run's report written again through report.build + report.write (which writes
+    report.json, report.md, the plots and report.html), with ``changes`` applied to the report."""
+    src = json.loads((H200 / run / f"verify-{boot}" / "report.json").read_text())
+    checks = [{k: v for k, v in c.items() if k != "not_applicable"} for c in src["checks"]]
+    meta = {k: src[k] for k in META_KEYS} | {"started": src["started"], "wall_s": src["wall_s"]}
+    rep = report.build(
+        {"exitstatus": src["pytest_exitstatus"], "tests": checks},
+        src["figures"],
+        meta,
+        not_applicable=src["not_applicable"],
+    )
+    rep["partial"] = False
+    rep.update(changes)
+    report.write(rep, out)
+    return out
+
+
+def verdict_of(r: Rendered) -> tuple[str, str]:
+    """(text, state) of the verdict header, which must be the first thing on the page."""
+    first = r.page.evaluate("document.body.firstElementChild.id")
+    assert first == "verdict", first
+    box = r.page.locator("#verdict").bounding_box()
+    assert box["y"] == 0, box
+    return r.page.inner_text("#verdict h1"), r.page.get_attribute("#verdict", "data-state")
+
+
+@pytest.mark.parametrize(("run", "boot"), [("run1", "eager"), ("run2", "graph")])
+def test_report_page_shows_verdict_checks_probe_and_load(
+    chromium: Browser, tmp_path: Path, run: str, boot: str
+) -> None:
+    out = write_report(tmp_path / "r", run, boot)
+    rep = json.loads((out / "report.json").read_text())
+    r = clean(chromium.render(out / "report.html", f"report-{run}-{boot}"))
+    text, state = verdict_of(r)
+    want = "PASS" if rep["passed"] else "FAIL"
+    assert text.startswith(f"Boot-verify {want}: {rep['profile']}"), text
+    assert state == ("ok" if rep["passed"] else "bad")
+    rows = r.page.locator("#checks tr[data-check]")
+    assert rows.count() == len(rep["checks"])
+    for c in rep["checks"]:
+        row = r.page.locator(f'#checks tr[data-check="{c["id"]}"]')
+        outcome = {"passed": "ok", "failed": "bad"}.get(c["outcome"], "info" if c.get("not_applicable") else "bad")
+        assert row.get_attribute("data-outcome") == outcome, c["id"]
+        if c["outcome"] == "failed":
+            assert c["message"].splitlines()[0] in row.inner_text()
+    integ = rep["figures"]["integrity"]
+    assert f"{integ['num_gpu_blocks']} blocks x {integ['block_size']} tokens" in r.page.inner_text("#integrity")
+    assert r.page.locator("#integrity-hits tr").count() == len(integ["hits"]) + 1
+    assert r.page.locator("#integrity-mismatches tr").count() == (
+        len(integ["mismatches"]) + 1 if integ["mismatches"] else 0
+    )
+    assert r.page.locator("#load tr").count() == len(rep["figures"]["load"]) + 1
+    plots = r.page.locator("img.plot")
+    assert plots.count() == len(rep["plots"]) == 2
+    for i in range(2):
+        assert plots.nth(i).get_attribute("src").startswith("data:image/png;base64,")
+        assert plots.nth(i).evaluate("img => img.naturalWidth") > 100  # decoded, not a broken image
+
+
+def test_a_failed_check_puts_fail_at_the_top_and_partial_is_not_a_pass(chromium: Browser, tmp_path: Path) -> None:
+    graph = json.loads((write_report(tmp_path / "g") / "report.json").read_text())
+    assert graph["passed"], "the recorded run2 graph run passes; the cases below turn it"
+    rep = json.loads((H200 / "run2" / "verify-graph" / "report.json").read_text())
+    failed = [
+        dict(c, outcome="failed", message="KV cache size: 100 tokens < verify.min_kv_tokens")
+        if c["name"] == "test_log[kv_tokens]"
+        else c
+        for c in rep["checks"]
+    ]
+    out = write_report(tmp_path / "f", checks=failed, passed=False)
+    r = clean(chromium.render(out / "report.html", "report-failed-check"))
+    assert verdict_of(r) == (f"Boot-verify FAIL: {rep['profile']}", "bad")
+    assert "min_kv_tokens" in r.page.inner_text('#checks tr[data-check="test_6_log.py::test_log[kv_tokens]"]')
+    partial = write_report(tmp_path / "p", partial=True)
+    r = clean(chromium.render(partial / "report.html", "report-partial"))
+    assert verdict_of(r) == (f"Boot-verify PARTIAL: {rep['profile']}", "unknown")
+
+
+def test_markup_in_a_check_message_shows_as_text(chromium: Browser, tmp_path: Path) -> None:
+    evil = '<script>document.title="owned"</script><img src="http://203.0.113.9/x.png">'
+    rep = json.loads((H200 / "run1" / "verify-eager" / "report.json").read_text())
+    checks = [dict(c, message=evil) if c["outcome"] == "failed" else c for c in rep["checks"]]
+    out = write_report(tmp_path / "r", "run1", "eager", checks=checks, profile=f'tiny/cpu"><b>{evil}')
+    r = clean(chromium.render(out / "report.html", "report-escaped"))
+    assert r.page.locator("script").count() == 0
+    assert r.page.locator('img[src^="http"]').count() == 0 and r.page.locator("b").count() == 0
+    assert r.page.title() != "owned" and evil in r.text
+
+
+def test_an_unreadable_report_is_unknown_not_a_pass(chromium: Browser, tmp_path: Path) -> None:
+    out = write_report(tmp_path / "r")
+    (out / "report.json").write_text('{"passed": true, "checks": [')
+    report_html.write(out)
+    r = clean(chromium.render(out / "report.html", "report-unreadable"))
+    text, state = verdict_of(r)
+    assert state == "unknown" and "UNKNOWN" in text and "cannot be read" in r.page.inner_text("#verdict")
+    (out / "report.json").write_text(json.dumps({"checks": []}))  # no verdict at all
+    report_html.write(out)
+    assert 'data-state="unknown"' in (out / "report.html").read_text()
+
+
+def test_the_harness_catches_requests_and_script_errors(chromium: Browser, tmp_path: Path) -> None:
+    """A deliberately broken page (no CSP): an image and a stylesheet from elsewhere, a script that
+    logs an error and one that throws. The harness must report each, and abort the requests."""
+    bad = tmp_path / "broken.html"
+    bad.write_text(
+        '<!DOCTYPE html><html><head><link rel="stylesheet" href="https://203.0.113.7/s.css"></head><body>'
+        '<img src="http://203.0.113.8/x.png"><script>console.error("boom")</script>'
+        "<script>noSuchFunction()</script></body></html>"
+    )
+    r = chromium.render(bad, "harness-broken")
+    assert set(r.outside_requests) >= {"https://203.0.113.7/s.css", "http://203.0.113.8/x.png"}, r.outside_requests
+    assert "boom" in r.console_errors
+    assert any("noSuchFunction" in e for e in r.page_errors), r.page_errors
+    # Our pages carry a Content-Security-Policy: a reference that slipped through is blocked by the
+    # browser and still shows, as a console error.
+    page = (write_report(tmp_path / "r") / "report.html").read_text()
+    leaky = tmp_path / "leaky.html"
+    leaky.write_text(page.replace("<footer>", '<img src="http://203.0.113.9/y.png"><footer>'))
+    assert any("Content Security Policy" in m for m in chromium.render(leaky, "harness-csp").console_errors)
+
+
+# ---- the fleet page ----
+
+
+def status_rows(tmp_path: Path) -> list[dict[str, Any]]:
+    """Five nodes from the real status row of a vfleet-cpu container (status-cpu-node.json): one
+    healthy with a passing report of its image, one whose report is gone, one whose report is
+    corrupt, one whose last report failed, one unreachable (status.yml's own default row)."""
+    real, unreachable = json.loads(STATUS.read_text())
+    base = copy.deepcopy(real) | {
+        "healthy": True,
+        "balancer": "UP",
+        "record_state": "deployed",
+        "verify_out": str(tmp_path / "verify-out"),
+    }
+    rows = []
+    for name in ("n1", "n2", "n3", "n4"):
+        d = tmp_path / "verify-out" / "run-a" / name
+        rows.append(base | {"node": name, "verify_report": str(d)})
+    write_report(tmp_path / "verify-out" / "run-a" / "n1", image={"id": base["image_id"]})
+    (tmp_path / "verify-out" / "run-a" / "n3").mkdir(parents=True)
+    (tmp_path / "verify-out" / "run-a" / "n3" / "report.json").write_text("{not json")
+    write_report(tmp_path / "verify-out" / "run-a" / "n4", "run1", "eager", image={"id": base["image_id"]})
+    return [*rows, unreachable | {"node": "n5"}]
+
+
+def cells(r: Rendered, node: str) -> dict[str, tuple[str, str]]:
+    row = r.page.locator(f'#nodes tr[data-node="{node}"]')
+    out = {}
+    for td in row.locator("td").all():
+        out[td.get_attribute("data-col")] = (td.get_attribute("data-state"), td.inner_text())
+    return out
+
+
+def test_fleet_page_rows_unknowns_and_worst_of_rollup(chromium: Browser, tmp_path: Path) -> None:
+    status = tmp_path / "status.json"
+    status.write_text(json.dumps(status_rows(tmp_path)))
+    page = fleet_html.write(status, tmp_path / "fleet.html")
+    r = clean(chromium.render(page, "fleet"))
+    text, state = verdict_of(r)
+    assert (text, state) == ("Fleet FAIL: 5 nodes", "bad")
+    assert r.page.locator("#nodes tr[data-node]").count() == 5
+    n1 = cells(r, "n1")
+    assert n1["verify"][0] == "ok" and n1["verify"][1].startswith("PASS")
+    assert r.page.locator('tr[data-node="n1"] td[data-col="verify"] a').get_attribute("href") == (
+        (tmp_path / "verify-out" / "run-a" / "n1" / "report.html").as_uri()
+    )
+    assert n1["vllm"] == ("ok", "0.30.0") and "0002-kpool-tail-spec-no-slot-mapping.patch" in n1["patches"][1]
+    assert n1["health"][0] == "ok" and n1["profile"][0] == "ok"
+    # provenance is never green while nothing checks it; neither is a digest nobody recorded
+    for n in ("n1", "n2", "n3", "n4", "n5"):
+        assert cells(r, n)["provenance"][0] == "unknown" and "unknown" in cells(r, n)["provenance"][1]
+    assert n1["image"][0] == "unknown" and "no registry digest" in n1["image"][1]
+    assert cells(r, "n2")["verify"][0] == "unknown" and "is missing" in cells(r, "n2")["verify"][1]
+    assert cells(r, "n3")["verify"][0] == "unknown" and "cannot be read" in cells(r, "n3")["verify"][1]
+    assert cells(r, "n4")["verify"][0] == "bad" and cells(r, "n4")["verify"][1].startswith("FAIL")
+    assert all(s == "unknown" and "unreachable" in t for s, t in cells(r, "n5").values())
+    assert r.page.locator('td[data-state="ok"]').count() > 0
+    assert "last boot-verify: FAILED on 1 of 5 (n4)" in r.page.inner_text("#verdict")
+
+
+def test_fleet_rollup_is_ok_only_when_every_cell_checks_out(chromium: Browser, tmp_path: Path) -> None:
+    rows = status_rows(tmp_path)[:1]
+    digest = "sha256:" + "cd" * 32
+    rows[0] |= {
+        "repo_digests": [f"registry:5000/vfleet-cpu@{digest}"],
+        "provenance": {"status": "verified", "detail": "signed by a trusted key"},
+    }
+    status = tmp_path / "status.json"
+    status.write_text(json.dumps(rows))
+    r = clean(chromium.render(fleet_html.write(status, tmp_path / "fleet.html"), "fleet-ok"))
+    assert verdict_of(r) == ("Fleet OK: 1 node", "ok")
+    # the same fleet whose report is for another image than the node runs: no longer green
+    rows[0]["image_id"] = "sha256:" + "ef" * 32
+    status.write_text(json.dumps(rows))
+    r = clean(chromium.render(fleet_html.write(status, tmp_path / "fleet.html"), "fleet-other-image"))
+    assert verdict_of(r)[1] == "unknown"
+    assert "that report verified" in cells(r, "n1")["verify"][1]
+
+
+@pytest.mark.parametrize("content", [None, "[{", '{"node": "n1"}', "[]"])
+def test_an_unreadable_status_is_an_unknown_page(chromium: Browser, tmp_path: Path, content: str | None) -> None:
+    status = tmp_path / "status.json"
+    if content is not None:
+        status.write_text(content)
+    r = clean(chromium.render(fleet_html.write(status, tmp_path / "fleet.html"), "fleet-unreadable"))
+    text, state = verdict_of(r)
+    assert state == "unknown" and text == "Fleet UNKNOWN: 0 nodes"
+    assert r.page.locator("#nodes tr[data-node]").count() == 0
+
+
+def test_fleet_status_html_through_the_playbook(chromium: Browser, tmp_path: Path) -> None:
+    """`vfleet fleet status --html` runs ansible/status.yml: a node on this machine without a serving
+    container and a node that cannot be reached; the page says so for each, and is not green."""
+    inv = tmp_path / "inv"
+    inv.mkdir()
+    (inv / "hosts.yml").write_text(
+        json.dumps(
+            {
+                "all": {
+                    "vars": {"vfleet_lb_kind": "none"},
+                    "children": {
+                        "vfleet_lb": {"hosts": {"lb": {"ansible_connection": "local"}}},
+                        "vfleet_nodes": {
+                            "hosts": {
+                                "here": {
+                                    "ansible_connection": "local",
+                                    "ansible_python_interpreter": sys.executable,
+                                    "vfleet_node_profile": "tiny/cpu",
+                                    "vfleet_node_container_name": "vfleet-pages-no-such-container",
+                                    "vfleet_node_state_dir": str(tmp_path / "state"),
+                                    "vfleet_node_verify_out": str(tmp_path / "vo"),
+                                },
+                                "gone": {
+                                    "ansible_host": "127.0.0.1",
+                                    "ansible_port": 1,
+                                    "ansible_connection": "ssh",
+                                    "vfleet_node_profile": "tiny/cpu",
+                                },
+                            }
+                        },
+                    },
+                }
+            }
+        )
+    )
+    page = tmp_path / "fleet.html"
+    proc = subprocess.run(
+        [sys.executable, "-m", "vfleet", "fleet", "status", "-i", str(inv), "--html", str(page)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 4, proc.stdout[-3000:]  # ansible-playbook: a host was unreachable
+    assert f"fleet page {page}" in proc.stdout
+    rows = json.loads((tmp_path / "fleet.status.json").read_text())
+    assert {r["node"] for r in rows} == {"here", "gone"}
+    r = clean(chromium.render(page, "fleet-playbook"))
+    assert verdict_of(r)[1] == "bad"  # "here" serves nothing
+    here, gone = cells(r, "here"), cells(r, "gone")
+    assert here["health"][0] == "bad" and "container absent" in here["health"][1]
+    assert here["patches"][0] == "unknown" and "no running container" in here["patches"][1]
+    assert all(s == "unknown" and "unreachable" in t for s, t in gone.values())
+    shutil.rmtree(tmp_path / "state", ignore_errors=True)

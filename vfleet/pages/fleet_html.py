@@ -1,0 +1,246 @@
+"""The fleet status page (`vfleet fleet status --html FILE`), built from the status JSON that
+ansible/status.yml writes (one row per node) and the boot-verify report directories it names.
+
+Per node: the image and its registry digest, the vLLM version, the patch manifest, the profile and its
+digest, health (container, /health, balancer), the deployment record, the last boot-verify verdict with
+a link to its report.html, and provenance. What could not be read (an unreachable node, a missing or
+unreadable report, a report of another image, provenance nobody checked) is an explicit "unknown"
+with its reason, never a green cell; the rollup at the top is the worst cell of the fleet.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vfleet.pages import html
+from vfleet.pages.html import Cell
+from vfleet.pages.report_html import verdict as report_verdict
+
+NAME = "fleet.html"
+
+COLUMNS = [
+    ("image", "image / registry digest"),
+    ("vllm", "vLLM"),
+    ("patches", "patch manifest"),
+    ("profile", "profile / profiles digest"),
+    ("health", "health"),
+    ("record", "deployment record"),
+    ("verify", "last boot-verify"),
+    ("provenance", "provenance"),
+]
+
+TEMPLATE = """{% extends "frame.html" %}
+{% block body %}
+<table id="nodes"><tr><th>node</th>{% for key, title in columns %}<th>{{ title }}</th>{% endfor %}</tr>
+{% for n in nodes %}<tr data-node="{{ n.name }}" data-state="{{ n.state }}"><th class="{{ n.state }}">{{ n.name }}</th>
+{% for key, title in columns %}{% set c = n.cells[key] %}
+<td class="{{ c.state }}" data-col="{{ key }}" data-state="{{ c.state }}">
+{% if c.href %}<a href="{{ c.href }}">{{ c.text }}</a>{% else %}<span class="mono">{{ c.text }}</span>{% endif %}
+{% if c.why %}<span class="why">{{ c.why }}</span>{% endif %}</td>
+{% endfor %}</tr>
+{% endfor %}
+</table>
+<p class="why">Status from {{ source }}; page written {{ written }}.</p>
+{% endblock %}
+"""
+
+ENV = html.environment({NAME: TEMPLATE})
+
+
+def _short(digest: str) -> str:
+    return digest if len(digest) <= 23 else digest[:19] + "…" + digest[-4:]
+
+
+def _image(row: dict[str, Any]) -> Cell:
+    ref = str(row.get("image") or "")
+    if not ref:
+        return html.unknown("no serving container: no image")
+    digests = [str(d) for d in row.get("repo_digests") or []]
+    if "@sha256:" in ref:
+        digests.insert(0, ref)
+    text = f"{ref}\nid {_short(str(row.get('image_id') or '–'))}"
+    if not digests:
+        return Cell(text, "unknown", "no registry digest: the image has no RepoDigests (built or loaded on the node)")
+    return Cell(f"{text}\n{digests[0].partition('@')[2]}", "ok")
+
+
+def _label(row: dict[str, Any], key: str, what: str) -> Cell:
+    value = str(row.get(key) or "")
+    if not value or value == "unknown":
+        return html.unknown(f"the image carries no {what} label" if "image" in row else f"status has no {key}")
+    return Cell(value, "ok")
+
+
+def _patches(row: dict[str, Any]) -> Cell:
+    if row.get("patches_error"):
+        return html.unknown(f"manifest not read: {row['patches_error']}")
+    if "patches" not in row:
+        return html.unknown("the status JSON has no patch manifest (written by an older status.yml)")
+    names = [str(p) for p in row.get("patches") or []]
+    digest = str(row.get("patches_digest") or "")
+    text = "\n".join(names) if names else "(no patches)"
+    return Cell(f"{text}\nseries {_short(digest)}" if digest else text, "ok")
+
+
+def _profile(row: dict[str, Any]) -> Cell:
+    profile = str(row.get("profile") or "")
+    digest = str(row.get("profiles_digest") or "")
+    if not profile or profile == "?":
+        return html.unknown("no profile label on the container and none in the inventory")
+    if not digest or digest == "unknown":
+        return Cell(profile, "unknown", "the image carries no profiles digest label")
+    return Cell(f"{profile}\n{_short(digest)}", "ok")
+
+
+def _health(row: dict[str, Any]) -> Cell:
+    container = str(row.get("container") or "?")
+    balancer = str(row.get("balancer") or "n/a")
+    text = f"container {container}, balancer {balancer}"
+    if row.get("healthy") is True and container == "running" and balancer in ("UP", "n/a"):
+        return Cell(f"healthy\n{text}", "ok")
+    if row.get("healthy") is True and container == "running":
+        return Cell(f"healthy, out of the pool\n{text}", "bad", f"the balancer reports {balancer}")
+    return Cell(f"not healthy\n{text}", "bad", "/health did not answer 200 on the node")
+
+
+def _record(row: dict[str, Any]) -> Cell:
+    state = str(row.get("record_state") or "")
+    if state == "deployed":
+        return Cell(f"deployed {row.get('updated_at') or ''}".strip(), "ok")
+    if state == "swapping":
+        return Cell("swapping", "bad", f"a swap to {row.get('moving_to') or '?'} did not finish")
+    if state:
+        failure = row.get("last_failure") or {}
+        return Cell(state, "bad", json.dumps(failure)[:300] if failure else "")
+    return html.unknown("no deployment record on the node")
+
+
+def _read_report(d: Path) -> tuple[dict[str, Any] | None, str]:
+    src = d / "report.json"
+    try:
+        data = json.loads(src.read_text())
+    except FileNotFoundError:
+        return None, f"{src} is missing"
+    except (OSError, ValueError) as e:
+        return None, f"{src} cannot be read: {e}"
+    if not isinstance(data, dict):
+        return None, f"{src} is not a JSON object"
+    return data, ""
+
+
+def _verify(row: dict[str, Any]) -> Cell:
+    """The newest readable report of this node among the record's and those under verify_out/*/NODE,
+    preferring one of the image the node runs now."""
+    node = str(row.get("node") or "")
+    dirs: list[Path] = [Path(str(row["verify_report"]))] if row.get("verify_report") else []
+    if row.get("verify_out") and node:
+        dirs += sorted(Path(str(row["verify_out"])).glob(f"*/{node}"))
+    if not dirs:
+        return html.unknown("no boot-verify report recorded for this node")
+    reports: list[tuple[Path, dict[str, Any]]] = []
+    reasons: list[str] = []
+    for d in dict.fromkeys(dirs):
+        rep, why = _read_report(d)
+        if rep is None:
+            reasons.append(why)
+        else:
+            reports.append((d, rep))
+    if not reports:
+        return html.unknown("; ".join(reasons))
+    image_id = str(row.get("image_id") or "")
+    same = [r for r in reports if image_id and ((r[1].get("image") or {}).get("id") == image_id)]
+    d, rep = max(same or reports, key=lambda r: str(r[1].get("started") or ""))
+    page = d / "report.html"
+    href = (page if page.is_file() else d / "report.json").resolve().as_uri()
+    v = report_verdict(rep)
+    text = f"{v.text} {rep.get('started') or ''}".strip()
+    if not same:
+        seen = (rep.get("image") or {}).get("id") or "no image id"
+        why = f"that report verified {_short(str(seen))}; the node runs {_short(image_id or '?')}"
+        return Cell(text, "unknown", why, href)
+    return Cell(text, v.state, v.why, href)
+
+
+def _provenance(row: dict[str, Any]) -> Cell:
+    prov = row.get("provenance")
+    if not isinstance(prov, dict):
+        return html.unknown("no provenance check ran for this image", "unknown (not checked)")
+    status, detail = str(prov.get("status") or ""), str(prov.get("detail") or "")
+    if status == "verified":
+        return Cell("verified", "ok", detail)
+    if status == "failed":
+        return Cell("failed", "bad", detail)
+    return html.unknown(detail or f"provenance status {status!r}", status or "unknown")
+
+
+def node_cells(row: dict[str, Any]) -> dict[str, Cell]:
+    """The cells of one status row; an unreachable node has every cell unknown, with the reason."""
+    if row.get("container") == "unreachable":
+        why = "node unreachable: status.yml could not read it"
+        return {key: html.unknown(why) for key, _ in COLUMNS}
+    return {
+        "image": _image(row),
+        "vllm": _label(row, "vllm_version", "org.vfleet.vllm.version"),
+        "patches": _patches(row),
+        "profile": _profile(row),
+        "health": _health(row),
+        "record": _record(row),
+        "verify": _verify(row),
+        "provenance": _provenance(row),
+    }
+
+
+def load(path: Path) -> tuple[list[dict[str, Any]], str]:
+    """The rows of a status JSON, or no rows and the reason it could not be read."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return [], f"{path} is missing (did the status playbook run to its end?)"
+    except (OSError, ValueError) as e:
+        return [], f"{path} cannot be read: {e}"
+    if not isinstance(data, list) or not all(isinstance(r, dict) and r.get("node") for r in data):
+        return [], f"{path} is not a list of node rows (as ansible/status.yml writes)"
+    return data, ""
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    cells: dict[str, Cell]
+    state: str
+
+
+def page(rows: list[dict[str, Any]], source: str, error: str = "") -> str:
+    nodes = []
+    for row in rows:
+        cells = node_cells(row)
+        nodes.append(Node(str(row["node"]), cells, html.worst(c.state for c in cells.values())))
+    state = html.worst(n.state for n in nodes) if nodes and not error else "unknown"
+    lines = [error] if error else ([] if nodes else ["the status names no node"])
+    for key, title in COLUMNS:
+        for s, word in (("bad", "FAILED"), ("unknown", "unknown")):
+            hit = [n.name for n in nodes if n.cells[key].state == s]
+            if hit:
+                lines.append(f"{title}: {word} on {len(hit)} of {len(nodes)} ({', '.join(hit)})")
+    word = {"ok": "OK", "bad": "FAIL", "unknown": "UNKNOWN"}[state]
+    return html.render(
+        ENV,
+        NAME,
+        title=f"fleet {word}",
+        verdict=Cell(f"Fleet {word}: {len(nodes)} node{'s' if len(nodes) != 1 else ''}", state),
+        verdict_lines=lines,
+        columns=COLUMNS,
+        nodes=nodes,
+        source=source,
+        written=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+    )
+
+
+def write(status_json: Path, out: Path) -> Path:
+    """Write the fleet page for ``status_json`` to ``out``; returns ``out``."""
+    rows, error = load(status_json)
+    return html.write_atomic(out, page(rows, str(status_json), error))
