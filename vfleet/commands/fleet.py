@@ -73,6 +73,7 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
         q.add_argument("--vault-password-file", type=Path)
         if pb == "status":
             q.add_argument("--json", type=Path, metavar="FILE", help="also write the status as JSON")
+            q.add_argument("--html", type=Path, metavar="FILE", help="also write the fleet page (docs/fleet.md)")
 
     up = fs.add_parser("up", help="start a test fleet (registry + Docker-in-Docker nodes)")
     up.add_argument("--name", default="dev")
@@ -132,8 +133,8 @@ def _playbook(args: argparse.Namespace) -> int:
         extra["vfleet_lock_break"] = True
     if args.targets:
         extra["vfleet_targets"] = args.targets
-    if getattr(args, "json", None):
-        extra["vfleet_status_file"] = str(args.json.resolve())
+    if getattr(args, "json", None) or getattr(args, "html", None):
+        extra["vfleet_status_file"] = str((args.json or args.html.with_suffix(".status.json")).resolve())
     limit = with_controller(inventory, args.limit) if args.limit else None
     forks = None
     if args.fleet_command in ("rollout", "rollback", "verify") and "ANSIBLE_FORKS" not in os.environ:
@@ -144,7 +145,13 @@ def _playbook(args: argparse.Namespace) -> int:
             forks = None  # the playbook names the bad group or limit itself
     # The lock records the controller process that holds it.
     os.environ["VFLEET_CONTROLLER_PID"] = str(os.getpid())
+    if getattr(args, "html", None):  # the page must never show an earlier run's status
+        Path(extra["vfleet_status_file"]).unlink(missing_ok=True)
     proc = run_playbook(args.fleet_command, inventory, extra, limit, args.vault_password_file, forks=forks)
+    if getattr(args, "html", None):
+        from vfleet.pages import fleet_html
+
+        print(f"vfleet: fleet page {fleet_html.write(Path(extra['vfleet_status_file']), args.html.resolve())}")
     if proc.returncode != 0 and args.fleet_command in ("rollout", "rollback"):
         # A failed run leaves the fleet lock (Ansible runs no later play); release it if this run
         # holds it, then show where every node stands.
