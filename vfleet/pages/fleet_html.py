@@ -65,7 +65,7 @@ def _image(row: dict[str, Any]) -> Cell:
     text = f"{ref}\nid {_short(str(row.get('image_id') or '–'))}"
     if not digests:
         return Cell(text, "unknown", "no registry digest: the image has no RepoDigests (built or loaded on the node)")
-    return Cell(f"{text}\n{digests[0].partition('@')[2]}", "ok")
+    return Cell(text if digests[0] == ref else f"{text}\n{digests[0].partition('@')[2]}", "ok")
 
 
 def _label(row: dict[str, Any], key: str, what: str) -> Cell:

@@ -122,7 +122,8 @@ def _integrity(report: dict[str, Any]) -> dict[str, Any]:
     else:
         v = _outcome(check)
         if v.state != "ok":
-            v = Cell(v.text, v.state, check.get("not_applicable") or check.get("message") or "")
+            why = str(check.get("not_applicable") or check.get("message") or "")
+            v = Cell(v.text, v.state, why if len(why) <= 400 else why[:400] + "… (the whole message: Checks)")
     if not isinstance(integ, dict):
         facts = [("figures", "the probe left no figures (it did not get as far as cycling the pool)")]
         return {"verdict": v, "facts": facts, "hits": [], "mismatches": []}
