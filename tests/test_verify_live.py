@@ -214,22 +214,19 @@ def test_two_runs_in_one_process_are_independent(
     to pytest-output.txt, and none of the suite's modules stay imported."""
     monkeypatch.setenv("VF_TEST_KEY", API_KEY)
     ours = sys.modules["conftest"]
-    first = runner.run(
-        healthy.url, PROFILE, tmp_path / "a", api_key_env="VF_TEST_KEY", select="test_health or test_models",
-        on_line=None,
-    )  # fmt: skip
+    first = runner.run(healthy.url, PROFILE, tmp_path / "a", api_key_env="VF_TEST_KEY", select="models", on_line=None)
     lines: list[str] = []
     second = runner.run(
         healthy.url, PROFILE, tmp_path / "b", api_key_env="VF_TEST_KEY", select="test_version", on_line=lines.append
     )
-    assert first.rc == 0 and [c.name for c in first.report.checks] == ["test_health", "test_models"]
+    assert first.rc == 0 and [c.name for c in first.report.checks] == ["test_models"], first.report.checks
     assert second.rc == 0 and [c.name for c in second.report.checks] == ["test_version"], second.report.checks
     assert (second.report.counts.passed, second.report.counts.failed, second.report.counts.skipped) == (1, 0, 0)
     assert first.report.figures.max_model_len == Catalog().load(PROFILE).verify.max_model_len
     assert first.report.figures.vllm_version is None and second.report.figures.max_model_len is None
     assert second.report.vllm_version == versions()["vllm"]["version"] and second.report.partial
     assert "max_model_len" not in json.loads((tmp_path / "b" / "report.json").read_text())["figures"]
-    assert any(line.endswith("test_1_endpoints.py::test_version PASSED [100%]") for line in lines), lines
+    assert any("test_1_endpoints.py::test_version PASSED" in line for line in lines), lines
     assert (tmp_path / "b" / "pytest-output.txt").read_text().splitlines() == lines
     assert sys.modules["conftest"] is ours
     left = [n for n, m in sys.modules.items() if "smoke_tests" in str(getattr(m, "__file__", None))]

@@ -102,12 +102,14 @@ def session_of(config: pytest.Config) -> Session:
 
 
 class _Lines(io.TextIOBase):
-    """pytest's terminal output, cut into lines: each to ``sink`` (DIR/pytest-output.txt) and ``on_line``.
-    ``on_line`` runs with the real stdout back in place, so `print` there goes to the terminal."""
+    """pytest's output (stdout and stderr, as `2>&1` gave it before), cut into lines: each to ``sink``
+    (DIR/pytest-output.txt) and ``on_line``. ``on_line`` runs with the real stdout and stderr back in
+    place, so `print` there goes to the terminal."""
 
-    def __init__(self, sink: io.TextIOBase | Any, on_line: Callable[[str], None] | None, real: Any) -> None:
+    def __init__(self, sink: io.TextIOBase | Any, on_line: Callable[[str], None] | None) -> None:
         self._buf = ""
-        self._sink, self._on_line, self._real = sink, on_line, real
+        self._sink, self._on_line = sink, on_line
+        self._real = (sys.stdout, sys.stderr)
 
     def writable(self) -> bool:
         return True
@@ -125,7 +127,7 @@ class _Lines(io.TextIOBase):
 
     def _emit(self, line: str) -> None:
         if self._on_line is not None:
-            with contextlib.redirect_stdout(self._real):
+            with contextlib.redirect_stdout(self._real[0]), contextlib.redirect_stderr(self._real[1]):
                 self._on_line(line)
 
     def close_lines(self) -> None:
@@ -172,13 +174,13 @@ def run(session: Session, args: list[str], output: Path | None, on_line: Callabl
     suite = suite_dir()
     argv = [str(suite), "-p", "no:cacheprovider", "--color=no", f"--rootdir={suite}", "-c", str(suite / "pytest.ini")]
     host = session.inputs.docker_host if session.inputs else None
-    real = sys.stdout
     with contextlib.ExitStack() as stack:
         sink: Any = stack.enter_context(output.open("w")) if output is not None else io.StringIO()
-        lines = _Lines(sink, on_line, real)
+        lines = _Lines(sink, on_line)
         stack.enter_context(_suite_imports(suite))
         stack.enter_context(_docker_host(host))
         stack.enter_context(contextlib.redirect_stdout(lines))
+        stack.enter_context(contextlib.redirect_stderr(lines))
         rc = pytest.main([*argv, *args], plugins=[session])
         lines.close_lines()
     return int(rc)
