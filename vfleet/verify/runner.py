@@ -26,10 +26,6 @@ DOCKER_HOST_RE = re.compile(r"^(tcp|ssh|unix|npipe|fd)://\S+$")
 PYTEST_ARGS = ("-v", "--tb=line", "-rfs", "-W", "ignore::pytest.PytestAssertRewriteWarning")
 
 
-def smoke_tests_dir() -> Path:
-    return suite.suite_dir()
-
-
 @dataclass
 class VerifyResult:
     rc: int
