@@ -19,10 +19,19 @@ from conftest import REPO
 
 from vfleet.errors import VfleetError
 from vfleet.verify import promotion, report
+from vfleet.verify.model import CheckResult, Report
 
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"localhost:5000/vfleet-cpu@{DIGEST}"
 ENV_DROP = ("VFLEET_REPORTS", "VFLEET_PROMOTIONS", "VFLEET_HOME")
+
+
+def load_row(c: int) -> dict[str, Any]:
+    """A load level's figures (vfleet.verify.load.LevelResult) at concurrency ``c``."""
+    return {"concurrency": c, "requests": 8, "output_tokens": 16, "completed": 8, "empty": 0, "short": 0,
+            "errors": [], "problems": [], "wall_s": 1.5, "out_tok_per_s": 10.0 * c, "ttft_p50_ms": 5.0,
+            "ttft_p90_ms": 6.0, "tpot_p50_ms": 2.0, "tpot_p90_ms": 3.0, "latency_p50_ms": 9.0,
+            "latency_p90_ms": 12.0, "latencies_ms": [8.0, 9.0, 12.0]}  # fmt: skip
 
 
 def write_report(
@@ -32,25 +41,37 @@ def write_report(
     source: str = "reference",
     skipped: tuple[str, ...] = (),
     not_applicable: dict[str, str] | None = None,
+    suite_passed: bool = True,
+    figures: dict[str, Any] | None = None,
     **extra: Any,
 ) -> Path:
-    """A report as `vfleet verify` writes it: one passed check plus ``skipped`` checks."""
-    tests = [{"id": "t::test_health", "name": "test_health", "outcome": "passed", "message": "", "duration_s": 0.1}]
-    tests += [
-        {"id": f"t::{s}", "name": s, "outcome": "skipped", "message": f"{s} did not run", "duration_s": 0.0}
+    """A report as `vfleet verify` writes it (report.build + report.write): one check, passed (or failed
+    when not ``suite_passed``), plus ``skipped`` checks; ``extra`` overrides report keys afterwards."""
+    checks = [
+        CheckResult(
+            id="t::test_health",
+            name="test_health",
+            file="t",
+            message="",
+            duration_s=0.1,
+            outcome="passed" if suite_passed else "failed",
+        )
+    ]
+    checks += [
+        CheckResult(id=f"t::{s}", name=s, file="t", outcome="skipped", message=f"{s} did not run", duration_s=0.0)
         for s in skipped
     ]
     meta = {
-        "profile": profile,
-        "url": "http://node:8000",
+        "profile": profile, "production": profile != "tiny/cpu", "url": "http://node:8000", "served_model": "tiny",
         "image": {"ref": f"localhost:5000/vfleet-cpu@{digest}", "id": "sha256:" + "cd" * 32, "digest": digest,
-                  "repo_digests": [f"localhost:5000/vfleet-cpu@{digest}"], "source": source, "reason": "test"},
-        "wall_s": 1.0,
+                  "repo_digests": [f"localhost:5000/vfleet-cpu@{digest}"], "source": source, "reason": "test",
+                  "container": None, "docker_host": None},
+        "api_key": "none", "docker_host": None, "log": None, "selected": None,
+        "started": "2026-12-02T00:00:00+00:00", "wall_s": 1.0,
     }  # fmt: skip
-    declared = {"not_applicable": not_applicable} if not_applicable else {}
-    rep = report.build({"exitstatus": 0, "tests": tests}, {"vllm_version": "0.30.0"}, meta, **declared)
-    rep["partial"] = False
-    rep.update(extra)
+    figs = {"vllm_version": "0.30.0", **(figures or {})}
+    rep = report.build(checks, 0 if suite_passed else 1, figs, meta, not_applicable=not_applicable)
+    rep = Report.model_validate({**rep.dump(), **extra})
     out = root / f"verify-{len(list(root.iterdir())) if root.exists() else 0}"
     return report.write(rep, out).parent
 
@@ -90,6 +111,30 @@ def test_reports_of_the_old_schema_are_refused(tmp_path: Path) -> None:
     old = write_report(tmp_path, schema=1)
     with pytest.raises(VfleetError, match="report schema 1 predates fail-closed gating"):
         promotion.promote(IMAGE, "tiny/cpu", old, tmp_path / "promotions.jsonl")
+
+
+def test_a_report_that_does_not_fit_the_schema_is_never_promoted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fail closed: a report that says passed but carries a key the model does not know, or a value of the
+    wrong type, promotes nothing; the refusal names the file and the key."""
+    reg = tmp_path / "promotions.jsonl"
+    for key, value, words in (
+        ("gate", "skipped", "gate: unknown key"),
+        ("partial", "no", 'partial: Input should be a valid boolean (value "no")'),
+    ):
+        rdir = write_report(tmp_path / key)
+        data = json.loads((rdir / "report.json").read_text())
+        assert data["passed"] is True
+        (rdir / "report.json").write_text(json.dumps({**data, key: value}, indent=1))
+        with pytest.raises(VfleetError, match="no passing boot-verify report") as err:
+            promotion.promote(IMAGE, "tiny/cpu", rdir, reg)
+        assert f"{rdir / 'report.json'}: not a boot-verify report of schema 2: {words}" in str(err.value)
+        assert not reg.exists()
+    # The search of the reports root skips them too, and says why.
+    monkeypatch.setenv("VFLEET_REPORTS", str(tmp_path))
+    with pytest.raises(VfleetError, match=r"gate: unknown key"):
+        promotion.find_report(DIGEST, "tiny/cpu", None)
 
 
 def test_a_bare_image_id_is_not_a_registry_digest(tmp_path: Path) -> None:

@@ -1,29 +1,19 @@
 """The check ids that `verify.not_applicable` accepts (vfleet.verify.checks.CHECK_IDS) are exactly the
-tests pytest collects from smoke_tests/, for profiles with different load levels."""
+tests pytest collects from smoke_tests/, for profiles with different load levels. Collected in this
+process, where tests/conftest.py is already imported as `conftest`: the suite's own conftest must not
+meet it."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from conftest import REPO
 
 from vfleet.profiles import Catalog
-from vfleet.verify import checks
-
-SUITE = REPO / "smoke_tests"
+from vfleet.verify import checks, suite
 
 
 def collected(profile: str) -> list[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", str(SUITE), "--collect-only", "-q", "-p", "no:cacheprovider",
-         "-c", str(SUITE / "pytest.ini"), "--rootdir", str(SUITE), "--vf-url", "http://127.0.0.1:9",
-         "--vf-profile", profile],
-        capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return [line.split("::")[-1] for line in proc.stdout.splitlines() if "::" in line]
+    """What pytest collects from smoke_tests/ for ``profile``, in this process, as `vfleet verify` runs it."""
+    return [node.split("::")[-1] for node in suite.collect(Catalog().load(profile))]
 
 
 @pytest.mark.parametrize("profile", ["tiny/cpu", "kimi-k3/b200"])

@@ -29,6 +29,7 @@ from vfleet import tinymodel
 from vfleet.paths import versions
 from vfleet.profiles import Catalog
 from vfleet.server import ServerError, VllmServer, _descendants, free_port
+from vfleet.verify import runner
 from vfleet.verify.checks import LOG_CHECKS
 from vfleet.verify.metrics import Metrics, prefix_hits
 from vfleet.vllm_args import parse_like_vllm
@@ -53,8 +54,8 @@ def vfleet(
 
 
 class CmdlineWatch:
-    """Reads every /proc/PID/cmdline every 50 ms while a command runs: whether the suite's pytest
-    process was seen, and every command line that held the secret."""
+    """Reads every /proc/PID/cmdline every 50 ms while a command runs: whether the `vfleet verify`
+    process (it runs the suite in-process) was seen, and every command line that held the secret."""
 
     def __init__(self, secret: str) -> None:
         self.secret = secret.encode()
@@ -72,7 +73,7 @@ class CmdlineWatch:
                     argv = (entry / "cmdline").read_bytes()
                 except OSError:
                     continue
-                if b"smoke_tests" in argv and b"pytest" in argv:
+                if b"vfleet\0verify\0" in argv:
                     self.saw_suite = True
                 if self.secret in argv:
                     self.leaks.append(argv.replace(b"\0", b" ").decode(errors="replace"))
@@ -88,7 +89,7 @@ class CmdlineWatch:
 
 
 def assert_no_leak(secret: str, out: Path, proc: subprocess.CompletedProcess[str], watch: CmdlineWatch) -> None:
-    assert watch.saw_suite, "the watcher never saw the suite's pytest process (nothing was checked)"
+    assert watch.saw_suite, "the watcher never saw the `vfleet verify` process (nothing was checked)"
     assert not watch.leaks, f"the API key was on a command line: {watch.leaks[:1]}"
     for path in out.rglob("*"):
         if path.is_file():
@@ -202,6 +203,34 @@ def test_api_key_never_reaches_report_or_log(full_run: dict[str, Any], healthy: 
         if path.is_file():
             assert API_KEY.encode() not in path.read_bytes(), f"the API key leaked into {path}"
     assert API_KEY not in full_run["proc"].stdout + full_run["proc"].stderr
+
+
+def test_two_runs_in_one_process_are_independent(
+    healthy: VllmServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The suite runs inside `vfleet verify`'s process (pytest.main with a plugin): two runs in this process
+    (where tests/conftest.py is already the module `conftest`) with other checks selected. The second
+    report holds only its own checks and figures, its output is streamed line by line to the callback and
+    to pytest-output.txt, and none of the suite's modules stay imported."""
+    monkeypatch.setenv("VF_TEST_KEY", API_KEY)
+    ours = sys.modules["conftest"]
+    first = runner.run(healthy.url, PROFILE, tmp_path / "a", api_key_env="VF_TEST_KEY", select="models", on_line=None)
+    lines: list[str] = []
+    second = runner.run(
+        healthy.url, PROFILE, tmp_path / "b", api_key_env="VF_TEST_KEY", select="test_version", on_line=lines.append
+    )
+    assert first.rc == 0 and [c.name for c in first.report.checks] == ["test_models"], first.report.checks
+    assert second.rc == 0 and [c.name for c in second.report.checks] == ["test_version"], second.report.checks
+    assert (second.report.counts.passed, second.report.counts.failed, second.report.counts.skipped) == (1, 0, 0)
+    assert first.report.figures.max_model_len == Catalog().load(PROFILE).verify.max_model_len
+    assert first.report.figures.vllm_version is None and second.report.figures.max_model_len is None
+    assert second.report.vllm_version == versions()["vllm"]["version"] and second.report.partial
+    assert "max_model_len" not in json.loads((tmp_path / "b" / "report.json").read_text())["figures"]
+    assert any("test_1_endpoints.py::test_version PASSED" in line for line in lines), lines
+    assert (tmp_path / "b" / "pytest-output.txt").read_text().splitlines() == lines
+    assert sys.modules["conftest"] is ours
+    left = [n for n, m in sys.modules.items() if "smoke_tests" in str(getattr(m, "__file__", None))]
+    assert left == [], f"suite modules left imported: {left}"
 
 
 def test_promote_needs_a_passing_report_for_the_digest(

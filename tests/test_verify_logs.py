@@ -4,15 +4,12 @@ check for the fault fails on each faulty one, with a message that says expected 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from vfleet.profiles import Verify
-from vfleet.verify import logcheck
+from vfleet.verify import logcheck, runner
 from vfleet.verify.logrules import FAMILY_IDS
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -106,69 +103,46 @@ def test_wording_families() -> None:
     assert "from 1,048,576 to 516,096" in logcheck.check_autofit(text).message
 
 
+def _suite_log_checks(profile: str, log: Path, out: Path) -> tuple[runner.VerifyResult, list[str]]:
+    """The real smoke_tests/test_6_log.py (`-k test_log`) as `vfleet verify` runs it, on a recorded log: the
+    URL points nowhere, and the log checks do not touch the server. Returns the result and pytest's lines."""
+    lines: list[str] = []
+    res = runner.run("http://127.0.0.1:9", profile, out, log=log, select="test_log", on_line=lines.append)
+    return res, lines
+
+
+def _outcomes(res: runner.VerifyResult) -> dict[str, str]:
+    return {c.name: c.outcome for c in res.report.checks}
+
+
 def test_suite_log_checks_fail_on_a_recorded_fault(tmp_path: Path) -> None:
-    """The real smoke_tests/test_6_log.py, run by pytest on a recorded log: the auto-fit check fails.
-    (--vf-url points nowhere; only the log tests are selected, which do not touch the server.)"""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(ROOT / "smoke_tests" / "test_6_log.py"),
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-c",
-            str(ROOT / "smoke_tests" / "pytest.ini"),
-            "--rootdir",
-            str(ROOT / "smoke_tests"),
-            "--vf-url",
-            "http://127.0.0.1:9",
-            "--vf-profile",
-            "tiny/cpu",
-            "--vf-log",
-            str(LOGS / "autofit.log"),
-            "--vf-out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 1, proc.stdout[-2000:]
-    assert "test_log[autofit] FAILED" in proc.stdout or "FAILED" in proc.stdout, proc.stdout[-2000:]
-    assert "expected no auto-fit reduction; saw max_model_len reduced from 1,048,576 to 45,968" in proc.stdout
+    """The auto-fit check fails on a log whose max_model_len was reduced."""
+    res, lines = _suite_log_checks("tiny/cpu", LOGS / "autofit.log", tmp_path / "r")
+    assert res.rc == 1, lines[-30:]
+    assert any("test_log[autofit] FAILED" in line for line in lines), lines[-30:]
+    msg = next(c.message for c in res.report.checks if c.name == "test_log[autofit]")
+    assert "expected no auto-fit reduction; saw max_model_len reduced from 1,048,576 to 45,968" in msg
     # tiny/cpu expects >= 8,192 KV tokens: the recorded 45,968 passes; eager is waived for it (skipped).
-    assert "1 failed" in proc.stdout and "2 passed" in proc.stdout and "2 skipped" in proc.stdout, proc.stdout[-800:]
-
-
-def _suite_log_checks(profile: str, log: Path, out: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", str(ROOT / "smoke_tests" / "test_6_log.py"), "-v", "-p", "no:cacheprovider",
-         "-c", str(ROOT / "smoke_tests" / "pytest.ini"), "--rootdir", str(ROOT / "smoke_tests"),
-         "--vf-url", "http://127.0.0.1:9", "--vf-profile", profile, "--vf-log", str(log), "--vf-out", str(out)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    c = res.report.counts
+    assert (c.failed, c.passed, c.skipped) == (1, 2, 2), _outcomes(res)
 
 
 def test_suite_records_the_backend_of_a_production_profile_that_names_none(tmp_path: Path) -> None:
     """glm-5.3-flash/h200 names no attention backend: on the recorded H200 log every log check runs
     (none skips) and the backend the log names lands in the figures."""
-    proc = _suite_log_checks("glm-5.3-flash/h200", LOGS / "healthy.log", tmp_path)
-    assert proc.returncode == 0, proc.stdout[-2000:]
-    assert "5 passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-800:]
-    figures = json.loads((tmp_path / "figures.json").read_text())
-    assert figures["attention_backends"] == ["FLASH_ATTN"]
+    res, lines = _suite_log_checks("glm-5.3-flash/h200", LOGS / "healthy.log", tmp_path / "r")
+    assert set(_outcomes(res).values()) == {"passed"} and res.report.counts.passed == 5, lines[-30:]
+    figures = res.report.figures
+    assert figures.attention_backends == ["FLASH_ATTN"]
     # the report lists the fault families the deny-by-default check looked for (one table, logrules.py)
-    assert figures["log_families"] == list(FAMILY_IDS) and figures["log_allowed"] == []
+    assert figures.log_families == list(FAMILY_IDS) and figures.log_allowed == []
 
 
 def test_suite_passes_the_real_cpu_container_log(tmp_path: Path) -> None:
     """smoke_tests/test_6_log.py on the real vllm-cpu container log (4xx answers, docker stop): every log
     check of tiny/cpu passes or is not applicable, and the allow-list entries used are recorded."""
-    proc = _suite_log_checks("tiny/cpu", LOGS / "cpu_healthy_with_sigterm.stdout_then_stderr.log", tmp_path)
-    assert proc.returncode == 0, proc.stdout[-2000:]
-    assert "3 passed" in proc.stdout and "2 skipped" in proc.stdout, proc.stdout[-800:]
-    allowed = json.loads((tmp_path / "figures.json").read_text())["log_allowed"]
-    assert sorted(a["entry"] for a in allowed) == ["client-error-errorinfo"] * 2 + ["orderly-shutdown-traceback"]
+    res, lines = _suite_log_checks("tiny/cpu", LOGS / "cpu_healthy_with_sigterm.stdout_then_stderr.log", tmp_path)
+    assert res.rc == 0, lines[-30:]
+    assert (res.report.counts.passed, res.report.counts.skipped) == (3, 2), _outcomes(res)
+    allowed = res.report.figures.log_allowed or []
+    assert sorted(a.entry for a in allowed) == ["client-error-errorinfo"] * 2 + ["orderly-shutdown-traceback"]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_promotion import load_row, write_report
 
 from vfleet import tinymodel
 from vfleet.errors import VfleetError
@@ -17,6 +18,7 @@ from vfleet.profiles import IntegritySpec
 from vfleet.verify import apikey, cacheprobe, promotion, report
 from vfleet.verify.cacheprobe import ProbeSetupError, plan_fillers
 from vfleet.verify.metrics import Metrics, finishes, prefix_hits, unexpected_finishes
+from vfleet.verify.model import Report
 
 METRICS = Path(__file__).parent / "fixtures" / "metrics" / "h200-graph.txt"
 DIGEST = "sha256:" + "ab" * 32
@@ -59,26 +61,8 @@ def test_cache_pool_missing_is_a_clear_error() -> None:
 
 
 def _report(tmp: Path, passed: bool = True, digest: str = DIGEST, profile: str = "tiny/cpu", **kw: Any) -> Path:
-    results = {
-        "exitstatus": 0 if passed else 1,
-        "tests": [
-            {"id": "t::a", "name": "a", "outcome": "passed" if passed else "failed", "message": "", "duration_s": 0.1}
-        ],
-    }
-    figures = {
-        "vllm_version": "0.30.0",
-        "load": [
-            {"concurrency": c, "requests": 8, "completed": 8, "out_tok_per_s": 10.0 * c, "ttft_p50_ms": 5.0,
-             "tpot_p50_ms": 2.0, "tpot_p90_ms": 3.0, "latency_p50_ms": 9.0, "latency_p90_ms": 12.0,
-             "latencies_ms": [8.0, 9.0, 12.0]}
-            for c in (1, 32)
-        ],
-    }  # fmt: skip
-    meta = {"profile": profile, "url": "http://x", "image": {"ref": f"img@{digest}", "digest": digest}, "wall_s": 1.0}
-    rep = report.build(results, figures, meta)
-    rep.update(kw)
-    out = tmp / f"rep-{len(list(tmp.iterdir()))}"
-    return report.write(rep, out).parent
+    figures = {"load": [load_row(c) for c in (1, 32)]}
+    return write_report(tmp, profile, digest, suite_passed=passed, figures=figures, **kw)
 
 
 def test_report_forms(tmp_path: Path) -> None:
@@ -322,11 +306,55 @@ def test_partial_cached_hits_and_salted_hits_are_problems() -> None:
 def test_report_carries_the_logprob_gap_and_the_tolerance(tmp_path: Path) -> None:
     integ = {
         "num_gpu_blocks": 64, "block_size": 128, "pool_tokens": 8192, "prompt_tokens": 500, "filler_tokens": 512,
-        "fillers": 24, "pool_cycles": 1.5, "questions": 1, "hit_tokens_during_compare": 512.0, "mismatches": [],
-        "top_logprobs": 5, "max_logprob_gap": 0.0, "logprob_tolerance": 0.0, "hit_source": "metrics",
-        "hits": [{"question": "question 0", "cached_hit": 512, "cached_expected": 384, "salted_hit": 0}],
+        "fillers": 24, "filler_tokens_total": 24 * 512, "pool_cycles": 1.5, "questions": 1,
+        "hit_tokens_during_compare": 512.0, "mismatches": [], "top_logprobs": 5, "max_logprob_gap": 0.0,
+        "logprob_tolerance": 0.0, "hit_source": "metrics",
+        "hits": [{"question": "question 0", "prompt_tokens": 520, "cached_prefix": 500, "cached_hit": 512,
+                  "cached_expected": 384, "salted_hit": 0}],
     }  # fmt: skip
-    rep = report.build({"exitstatus": 0, "tests": []}, {"integrity": integ}, {"profile": "tiny/cpu"})
-    md = (report.write(rep, tmp_path / "r").parent / "report.md").read_text()
+    md = (write_report(tmp_path, figures={"integrity": integ}) / "report.md").read_text()
     assert "max logprob gap cached vs cache_salt 0 nats, tolerance 0 (`verify.integrity.logprob_tolerance`)" in md
     assert "Prefix-cache hits per request (metrics): cached 512/384 (hit/expected), cache_salt 0 (expected 0)." in md
+
+
+# -- the typed report model against report.json as it was written before it --------------------------
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RECORDED = sorted([FIXTURES / "verify-cpu" / "report.json", *FIXTURES.glob("h200-verify/run*/verify-*/report.json")])
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_a_recorded_report_loads_and_is_written_back_identically(path: Path, tmp_path: Path) -> None:
+    """report.json keeps its schema: a report written by the code before the model (a CPU run with the image
+    read from the container, and the H200 runs) goes through the model and the one writer byte for byte."""
+    rep = Report.load(path)
+    assert rep.figures.load and rep.figures.integrity and rep.checks  # typed all the way down
+    written = report.write(rep, tmp_path / "r")
+    assert written.read_text() == path.read_text()
+    assert (
+        f"# Boot-verify {'PASS' if rep.passed else 'FAIL'}: {rep.profile}" in (tmp_path / "r" / "report.md").read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (lambda d: d.update(verdict="ok"), "verdict: unknown key (value \"ok\")"),
+        (lambda d: d["figures"].update(tokens_per_watt=3.5), "figures.tokens_per_watt: unknown key (value 3.5)"),
+        (lambda d: d.update(passed="true"), 'passed: Input should be a valid boolean (value "true")'),
+        (lambda d: d["figures"]["load"][0].update(completed="8"),
+         'figures.load.0.completed: Input should be a valid integer (value "8")'),
+        (lambda d: d["checks"][0].update(outcome="xfailed"),
+         "checks.0.outcome: Input should be 'passed', 'failed' or 'skipped'"),
+        (lambda d: d.pop("image"), "image: Field required"),
+    ],
+)  # fmt: skip
+def test_a_report_that_does_not_fit_the_schema_names_the_key(edit: Any, words: str, tmp_path: Path) -> None:
+    data = json.loads((FIXTURES / "verify-cpu" / "report.json").read_text())
+    edit(data)
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(VfleetError) as err:
+        Report.load(path)
+    assert str(err.value).startswith(f"{path}: not a boot-verify report of schema 2: "), err.value
+    assert words in str(err.value), err.value

@@ -23,6 +23,7 @@ from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
 from vfleet.server import ContainerServer
 from vfleet.verify import promotion, runner
+from vfleet.verify.model import Report
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,13 @@ class Candidate:
 class Staged:
     candidate: Candidate
     report_dir: Path
-    report: dict[str, Any]
+    report: Report
     boot_s: float | None
     promoted: dict[str, Any] | None
 
     @property
     def passed(self) -> bool:
-        return bool(self.report.get("passed"))
+        return self.report.passed
 
 
 def stage(
@@ -97,10 +98,10 @@ def stage(
                     os.environ["VLLM_API_KEY"] = saved
             srv.stop()
             entry = None
-            if res.report.get("passed") and promote:
+            if res.report.passed and promote:
                 entry = promotion.promote(c.promote_as or c.image, profile, res.out, registry)
             results.append(Staged(c, res.out, res.report, srv.boot_s, entry))
-            verdict = "PASS" if res.report.get("passed") else "FAIL"
+            verdict = "PASS" if res.report.passed else "FAIL"
             what = f"; promoted {entry['digest']}" if entry else ("; not promoted" if promote else "")
             echo(f"stage: {c.image}: boot-verify {verdict} (report {res.out / 'report.md'}){what}")
     finally:

@@ -11,7 +11,8 @@ from typing import Any
 
 from vfleet.ab.run import AbRun
 from vfleet.ab.stats import METRICS
-from vfleet.verify.report import _fmt, pyplot
+from vfleet.verify.plots import fmt as _fmt
+from vfleet.verify.plots import plot_lines, pyplot
 
 SCHEMA = 1
 JSON_NAME = "ab.json"
@@ -47,8 +48,9 @@ def _plot(report: dict[str, Any], out: Path) -> list[str]:
     comps = report["comparisons"]
     if not comps:
         return []
-    plt = pyplot(report)
+    plt, missing = pyplot()
     if plt is None:
+        report["plots_missing"] = missing
         return []
     levels = sorted({c["level"] for c in comps})
     keys = [m.key for m in METRICS]
@@ -144,10 +146,7 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
                 f"{_fmt(c['ratio'], '.3f')} | {iv} | {_pct(c['ratio'])} | **{c['verdict']}** | "
                 f"{c['reason'].replace('|', '/')} |"
             )
-    for p in plots:
-        lines += ["", f"![{p}]({p})"]
-    if report.get("plots_missing"):
-        lines += ["", f"(no plot: {report['plots_missing']})"]
+    lines += plot_lines(plots, report.get("plots_missing"), "plot")
     return "\n".join(lines) + "\n"
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vfleet.verify import runner
+from vfleet.verify.model import Report
 
 
 def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
@@ -83,46 +84,40 @@ def run(args: argparse.Namespace) -> int:
     return res.rc
 
 
-def summary(rep: dict[str, Any], out: Path) -> str:
-    c = rep["counts"]
+def summary(rep: Report, out: Path) -> str:
+    c = rep.counts
     lines = [
-        f"boot-verify {'PASS' if rep['passed'] else 'FAIL'}{' (partial)' if rep.get('partial') else ''}: "
-        f"{rep['profile']} at {rep['url']} (vLLM {rep.get('vllm_version')}), "
-        f"{c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped in {rep['wall_s']:.0f} s",
+        f"boot-verify {'PASS' if rep.passed else 'FAIL'}{' (partial)' if rep.partial else ''}: "
+        f"{rep.profile} at {rep.url} (vLLM {rep.vllm_version}), "
+        f"{c.passed} passed, {c.failed} failed, {c.skipped} skipped in {rep.wall_s:.0f} s",
     ]
-    for t in rep["checks"]:
-        if t["outcome"] == "failed":
-            lines.append(f"  FAILED {t['id']}: {t['message'].splitlines()[0] if t['message'] else ''}")
-    for u in rep.get("unexcused_skips") or []:
-        why = u["message"].splitlines()[0] if u["message"] else "no reason given"
-        lines.append(f"  not verified: {u['id']} skipped: {why}")
-    if rep.get("unexcused_skips"):
+    for t in rep.checks:
+        if t.outcome == "failed":
+            lines.append(f"  FAILED {t.id}: {t.message.splitlines()[0] if t.message else ''}")
+    for u in rep.unexcused_skips:
+        why = u.message.splitlines()[0] if u.message else "no reason given"
+        lines.append(f"  not verified: {u.id} skipped: {why}")
+    if rep.unexcused_skips:
         lines.append(
             "  (a skipped check fails the gate unless the profile declares it in verify.not_applicable with a reason)"
         )
-    img = rep.get("image") or {}
-    if img.get("ref") or img.get("id"):
+    img = rep.image
+    if img.ref or img.id:
         lines.append(
-            f"  image {img.get('ref')} id {img.get('id') or '-'}: registry digest {img.get('digest') or 'none'} "
-            f"({img.get('source')}; {img.get('reason')})"
+            f"  image {img.ref} id {img.id or '-'}: registry digest {img.digest or 'none'} ({img.source}; {img.reason})"
         )
-    f = rep["figures"]
-    if f.get("integrity"):
-        i = f["integrity"]
+    f = rep.figures
+    if f.integrity:
+        i = f.integrity
         lines.append(
-            f"  integrity probe: pool {i['num_gpu_blocks']} blocks x {i['block_size']} = "
-            f"{i['pool_tokens']:,} tokens, {i['fillers']} fillers ({i['pool_cycles']}x)"
-            + (
-                f"; max logprob gap {i['max_logprob_gap']:.3g} nats (tolerance {i['logprob_tolerance']:g})"
-                if "max_logprob_gap" in i
-                else ""
-            )
+            f"  integrity probe: pool {i.num_gpu_blocks} blocks x {i.block_size} = "
+            f"{i.pool_tokens:,} tokens, {i.fillers} fillers ({i.pool_cycles}x)"
+            f"; max logprob gap {i.max_logprob_gap:.3g} nats (tolerance {i.logprob_tolerance:g})"
         )
-    for r in sorted(f.get("load") or [], key=lambda r: r["concurrency"]):
-        tpot = r["tpot_p50_ms"]
+    for r in sorted(f.load or [], key=lambda r: r.concurrency):
         lines.append(
-            f"  C{r['concurrency']}: {r['out_tok_per_s']:.1f} out tok/s, TTFT p50 "
-            f"{r['ttft_p50_ms'] or 0:.0f} ms, TPOT p50 {tpot or 0:.2f} ms, {r['completed']}/{r['requests']} ok"
+            f"  C{r.concurrency}: {r.out_tok_per_s:.1f} out tok/s, TTFT p50 "
+            f"{r.ttft_p50_ms or 0:.0f} ms, TPOT p50 {r.tpot_p50_ms or 0:.2f} ms, {r.completed}/{r.requests} ok"
         )
     lines.append(f"report: {out / 'report.md'} (also report.json, report.xml)")
     return "\n".join(lines)

@@ -2,8 +2,8 @@
 
 Sources, first match wins: `--api-key-env VAR` (that variable), `--env-file FILE` (the node's docker env
 file, read as `docker run --env-file` reads it), else VLLM_API_KEY from the environment. The key goes
-to the suite's process through the environment (KEY_ENV), never on a command line; errors and the
-report name the source, never the value.
+to the suite in memory (it runs in the same process, vfleet.verify.suite), never on a command line or
+in another environment; errors and the report name the source, never the value.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from pathlib import Path
 from vfleet.errors import VfleetError
 
 VAR = "VLLM_API_KEY"
-#: The variable that carries the key from `vfleet verify` to the pytest process of the suite.
-KEY_ENV = "VFLEET_VERIFY_API_KEY"
 
 
 @dataclass(frozen=True)

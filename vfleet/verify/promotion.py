@@ -13,14 +13,15 @@ import datetime as dt
 import getpass
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from vfleet.errors import VfleetError
 from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
-from vfleet.verify import report as report_mod
 from vfleet.verify.image import SOURCE_CONTAINER, registry_digest
+from vfleet.verify.model import SCHEMA, Report
 
 
 def default_registry() -> Path:
@@ -41,51 +42,75 @@ def _load(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def report_problems(rep: dict[str, Any], digest: str, profile: str, production: bool) -> list[str]:
+def load_report(path: Path) -> Report:
+    """The boot-verify report at ``path``; VfleetError when it is not one this code can vouch for: of an
+    older schema (said first: it needs a new run, not a fix), unreadable, or with a key that is unknown,
+    missing or of the wrong type (named, with its value)."""
+    data = _load(path)
+    if data is not None and isinstance(data.get("schema"), int) and data["schema"] < SCHEMA:
+        raise VfleetError(f"report schema {data['schema']} predates fail-closed gating; run vfleet verify again")
+    return Report.load(path)
+
+
+def report_problems(rep: Report, digest: str, profile: str, production: bool) -> list[str]:
     """Why a report cannot promote ``digest`` for ``profile`` (empty when it can)."""
-    img = rep.get("image") or {}
+    img = rep.image
     why: list[str] = []
-    if img.get("digest") != digest:
-        why.append(f"digest {img.get('digest')}")
-    if rep.get("profile") != profile:
-        why.append(f"profile {rep.get('profile')}")
-    if int(rep.get("schema") or 0) < report_mod.SCHEMA:
-        why.append(f"report schema {rep.get('schema')} predates fail-closed gating; run vfleet verify again")
-    if not rep.get("passed"):
+    if img.digest != digest:
+        why.append(f"digest {img.digest}")
+    if rep.profile != profile:
+        why.append(f"profile {rep.profile}")
+    if not rep.passed:
         why.append("did not pass")
-    unexcused = rep.get("unexcused_skips") or []
-    if unexcused:
-        why.append("not verified (skipped, not declared not applicable): " + ", ".join(u["id"] for u in unexcused))
-    if rep.get("partial"):
-        why.append("partial run (-k)")
-    if production and img.get("digest") == digest and img.get("source") != SOURCE_CONTAINER:
+    if rep.unexcused_skips:
         why.append(
-            f"digest taken from {img.get('source') or 'nowhere'}, not read from the verified container; a production "
+            "not verified (skipped, not declared not applicable): " + ", ".join(u.id for u in rep.unexcused_skips)
+        )
+    if rep.partial:
+        why.append("partial run (-k)")
+    if production and img.digest == digest and img.source != SOURCE_CONTAINER:
+        why.append(
+            f"digest taken from {img.source or 'nowhere'}, not read from the verified container; a production "
             "profile needs `vfleet verify --container NAME [--docker-host URL]`"
         )
     return why
 
 
-def find_report(
-    digest: str, profile: str, report_dir: Path | None, production: bool = True
-) -> tuple[Path, dict[str, Any]]:
-    """The newest passing, complete report for digest+profile; VfleetError naming what is wrong otherwise."""
+def _newest(
+    given: Path | None, name: str, check: Callable[[Path], list[str]], sep: str
+) -> tuple[Path | None, list[str], str]:
+    """The first of the candidates (``given``: a directory holding ``name``, or a file; else every ``name``
+    under the reports root, newest first) for which ``check`` finds no problem, the problems of the ones
+    before it (`PATH: why`), and where it looked."""
     root = reports_dir()
-    if report_dir is not None:
-        candidates = [report_dir / "report.json"] if report_dir.is_dir() else [report_dir]
+    if given is not None:
+        candidates = [given / name] if given.is_dir() else [given]
     else:
-        candidates = sorted(root.glob("**/report.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        candidates = sorted(root.glob(f"**/{name}"), key=lambda p: p.stat().st_mtime, reverse=True)
     seen: list[str] = []
     for path in candidates:
-        rep = _load(path)
-        if rep is None:
-            seen.append(f"{path}: not a readable report")
-            continue
-        why = report_problems(rep, digest, profile, production)
+        why = check(path)
         if not why:
-            return path, rep
-        seen.append(f"{path}: " + ", ".join(why))
-    where = str(report_dir) if report_dir else f"{root}/**/report.json"
+            return path, seen, ""
+        seen.append(f"{path}: " + sep.join(why))
+    return None, seen, str(given) if given else f"{root}/**/{name}"
+
+
+def find_report(digest: str, profile: str, report_dir: Path | None, production: bool = True) -> tuple[Path, Report]:
+    """The newest passing, complete report for digest+profile; VfleetError naming what is wrong otherwise.
+    A report that does not load (unknown key, wrong type, older schema) is never a pass."""
+    loaded: dict[Path, Report] = {}
+
+    def check(path: Path) -> list[str]:
+        try:
+            loaded[path] = load_report(path)
+        except VfleetError as exc:
+            return [str(exc).removeprefix(f"{path}: ")]
+        return report_problems(loaded[path], digest, profile, production)
+
+    path, seen, where = _newest(report_dir, "report.json", check, ", ")
+    if path is not None:
+        return path, loaded[path]
     detail = ("; ".join(seen[:5])) if seen else "no reports found"
     raise VfleetError(
         f"no passing boot-verify report for {digest} on {profile} in {where} ({detail}); "
@@ -144,22 +169,14 @@ def ab_problems(rep: dict[str, Any], baseline: str, digest: str, profile: str) -
 def find_ab_report(baseline: str, digest: str, profile: str, ab_report: Path | None) -> Path:
     """The newest complete A/B report of ``digest`` (arm B) against ``baseline`` (arm A) on ``profile``
     with no metric worse; VfleetError naming what is wrong otherwise."""
-    root = reports_dir()
-    if ab_report is not None:
-        candidates = [ab_report / AB_REPORT] if ab_report.is_dir() else [ab_report]
-    else:
-        candidates = sorted(root.glob(f"**/{AB_REPORT}"), key=lambda p: p.stat().st_mtime, reverse=True)
-    seen: list[str] = []
-    for path in candidates:
+
+    def check(path: Path) -> list[str]:
         rep = _load(path)
-        if rep is None:
-            seen.append(f"{path}: not a readable A/B report")
-            continue
-        why = ab_problems(rep, baseline, digest, profile)
-        if not why:
-            return path
-        seen.append(f"{path}: " + "; ".join(why))
-    where = str(ab_report) if ab_report else f"{root}/**/{AB_REPORT}"
+        return ["not a readable A/B report"] if rep is None else ab_problems(rep, baseline, digest, profile)
+
+    path, seen, where = _newest(ab_report, AB_REPORT, check, "; ")
+    if path is not None:
+        return path
     raise VfleetError(
         f"profile {profile} sets verify.ab_not_worse: promoting {digest} needs a complete A/B report against the "
         f"promoted {baseline} with no metric worse, in {where} ({'; '.join(seen[:5]) or 'no A/B reports found'}); "
@@ -187,16 +204,16 @@ def promote(
         if previous is not None:
             baseline = str(previous["digest"])
             ab_path = find_ab_report(baseline, digest, profile, ab_report)
-    img = rep.get("image") or {}
+    img = rep.image
     entry = {
         "promoted_at": dt.datetime.now(dt.UTC).isoformat(),
         "image": image,
         "digest": digest,
-        "image_id": img.get("id"),
-        "digest_source": img.get("source"),
+        "image_id": img.id,
+        "digest_source": img.source,
         "profile": profile,
         "report": str(path.resolve()),
-        "vllm_version": rep.get("vllm_version"),
+        "vllm_version": rep.vllm_version,
         "by": getpass.getuser(),
     }
     if prof.verify.ab_not_worse:

@@ -1,40 +1,36 @@
-"""`vfleet verify`: run smoke_tests/ with pytest against a server and write the report."""
+"""`vfleet verify`: run smoke_tests/ with pytest in this process (vfleet.verify.suite) against a server
+and write the report."""
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from vfleet.errors import VfleetError
-from vfleet.paths import home, reports_dir
+from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
-from vfleet.verify import apikey
+from vfleet.verify import apikey, suite
 from vfleet.verify import image as image_mod
 from vfleet.verify import report as report_mod
+from vfleet.verify.model import Report
 
 DOCKER_HOST_RE = re.compile(r"^(tcp|ssh|unix|npipe|fd)://\S+$")
 
-
-def smoke_tests_dir() -> Path:
-    path = home() / "smoke_tests"
-    if not (path / "conftest.py").is_file():
-        raise VfleetError(f"{path}: the boot-verify suite is missing; run from a vfleet checkout or image")
-    return path
+#: pytest's output as `vfleet verify` shows it and DIR/pytest-output.txt keeps it. In this process the
+#: pytest plugins' modules (anyio: httpx imports it) are imported before pytest starts, so it cannot
+#: rewrite their asserts: nothing of the suite's, and not worth a warning in every report.
+PYTEST_ARGS = ("-v", "--tb=line", "-rfs", "-W", "ignore::pytest.PytestAssertRewriteWarning")
 
 
 @dataclass
 class VerifyResult:
     rc: int
     out: Path
-    report: dict[str, Any]
+    report: Report
 
 
 def default_out(profile: str) -> Path:
@@ -81,61 +77,24 @@ def run(
     else:
         record = image_mod.ImageRecord(ref=None, reason="no --image or --container given")
     out.mkdir(parents=True, exist_ok=True)
-    suite = smoke_tests_dir()
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(suite),
-        "-p",
-        "no:cacheprovider",
-        "-v",
-        "--tb=line",
-        "-rfs",
-        "--color=no",
-        f"--rootdir={suite}",
-        "-c",
-        str(suite / "pytest.ini"),
-        f"--junitxml={out / 'report.xml'}",
-        "--vf-url",
-        url,
-        "--vf-profile",
-        profile,
-        "--vf-out",
-        str(out),
-    ]
-    # Every docker call of the suite (docker logs, docker exec for versions.json and GPU health) goes to
-    # the same daemon as the image lookup above.
-    env = image_mod.docker_env(docker_host)
-    env.pop(apikey.KEY_ENV, None)
-    if key.value:
-        env[apikey.KEY_ENV] = key.value  # through the environment: never on a command line
-        cmd += ["--vf-api-key-env", apikey.KEY_ENV]
-    if model:
-        cmd += ["--vf-model", model]
-    if log is not None:
-        cmd += ["--vf-log", str(log.resolve())]
-    if container:
-        cmd += ["--vf-container", container]
-    if select:
-        cmd += ["-k", select]
+    session = suite.Session(
+        suite.Inputs(
+            url=url,
+            profile=prof,
+            model=model or prof.served_model_name(),
+            api_key=key.value or None,  # in memory only: never on a command line, in the environment or a file
+            log=log.resolve() if log is not None else None,
+            container=container,
+            docker_host=docker_host,  # every docker call of the suite goes to the same daemon as the lookup above
+        )
+    )
+    args = [*PYTEST_ARGS, f"--junitxml={out / 'report.xml'}", *(["-k", select] if select else [])]
     started = time.time()
     t0 = time.monotonic()
-    with (
-        (out / "pytest-output.txt").open("w") as outfile,
-        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc,
-    ):
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            outfile.write(line)
-            if on_line is not None:
-                on_line(line.rstrip("\n"))
+    rc = suite.run(session, args, out / "pytest-output.txt", on_line)
     wall = time.monotonic() - t0
-    results_path = out / "results.json"
-    if not results_path.is_file():
-        raise VfleetError(f"the suite exited {proc.returncode} without results; see {out / 'pytest-output.txt'}")
-    results = json.loads(results_path.read_text())
-    figures = json.loads((out / "figures.json").read_text())
+    if session.exitstatus is None:
+        raise VfleetError(f"the suite exited {rc} without results; see {out / 'pytest-output.txt'}")
     log_source = str(log) if log else (f"docker logs {container}" if container else None)
     meta = {
         "profile": profile,
@@ -150,8 +109,13 @@ def run(
         "started": dt.datetime.fromtimestamp(started, dt.UTC).isoformat(),
         "wall_s": round(wall, 2),
     }
-    rep = report_mod.build(results, figures, meta, not_applicable=prof.verify.not_applicable)
-    rep["partial"] = bool(select)  # a partial run (-k) never supports a promotion
+    rep = report_mod.build(
+        session.results,
+        session.exitstatus,
+        session.figures,
+        meta,
+        not_applicable=prof.verify.not_applicable,
+        partial=bool(select),  # a partial run (-k) never supports a promotion
+    )
     report_mod.write(rep, out)
-    rc = 0 if rep["passed"] else 1
-    return VerifyResult(rc=rc, out=out, report=rep)
+    return VerifyResult(rc=0 if rep.passed else 1, out=out, report=rep)

@@ -16,7 +16,8 @@ from vfleet.verify.metrics import Metrics
 
 
 def docker_where() -> str:
-    """Which docker daemon the suite's docker calls reach (`vfleet verify --docker-host` sets it)."""
+    """Which docker daemon the suite's docker calls reach (`vfleet verify --docker-host` sets DOCKER_HOST
+    for the run, vfleet.verify.suite)."""
     host = os.environ.get("DOCKER_HOST")
     return f"DOCKER_HOST={host}" if host else "the local docker"
 
@@ -28,7 +29,6 @@ class Target:
     client: Client
     log_file: Path | None
     container: str | None
-    out: Path | None
     figures: dict[str, Any] = field(default_factory=dict)
     start_metrics: Metrics | None = None
 

@@ -1,0 +1,167 @@
+"""The boot-verify report as one typed model: what report.json holds, read and written here only.
+
+The runner builds it (vfleet.verify.report.build), the report writer writes it (report.json, report.md),
+`vfleet verify` summarizes it and promotion reads it back. On disk it is schema 2 as it always was:
+keys in the same order, a key that was never written is still absent (``exclude_unset``), so a report
+loaded here and dumped again is byte-identical (tests/test_verify_units.py proves it on recorded
+reports). Every model forbids keys it does not know; a report.json that does not fit is a VfleetError
+naming the file, the key and the value it holds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from vfleet.errors import VfleetError
+from vfleet.verify.cacheprobe import IntegrityResult, PrefixHitResult
+from vfleet.verify.load import LevelResult
+
+#: 2: `passed` fails closed on unexcused skips (`unexcused_skips`, `not_applicable`); `image` holds the
+#: image id and the registry manifest digest with its source (vfleet.verify.image.ImageRecord).
+SCHEMA = 2
+
+Outcome = Literal["passed", "failed", "skipped"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class CheckResult(_Strict):
+    """One check (a pytest test of smoke_tests/) as the suite reported it."""
+
+    id: str  # the pytest node id, e.g. test_1_endpoints.py::test_health
+    name: str  # the check id (vfleet.verify.checks), e.g. test_health
+    file: str
+    outcome: Outcome
+    message: str
+    duration_s: float
+    doc: str = ""
+    not_applicable: str | None = None  # set on a skipped check the profile declares not applicable
+
+
+class Counts(_Strict):
+    passed: int
+    failed: int
+    skipped: int
+
+
+class UnexcusedSkip(_Strict):
+    id: str
+    message: str
+
+
+class ImageInfo(_Strict):
+    """vfleet.verify.image.ImageRecord.as_dict()."""
+
+    ref: str | None
+    id: str | None = None
+    digest: str | None = None
+    repo_digests: list[str] = []
+    source: str | None = None
+    reason: str | None = None
+    container: str | None = None
+    docker_host: str | None = None
+
+
+class ProbeAnswer(_Strict):
+    prompt: str
+    expect: str
+    text: str
+    finish_reason: str | None
+
+
+class LogAllowed(_Strict):
+    entry: str
+    line: int
+
+
+class Figures(_Strict):
+    """What the checks measured, in the order the suite writes it; a check that did not run leaves its
+    keys out. The prefix-cache and load figures are the probes' own result types (stdlib dataclasses:
+    pydantic validates them field by field and refuses a key they do not have)."""
+
+    start_metrics_error: str | None = None
+    max_model_len: int | None = None
+    model_root: str | None = None
+    vllm_version: str | None = None
+    expected_vllm_version: str | None = None
+    probes: list[ProbeAnswer] | None = None
+    prefix_hit: PrefixHitResult | None = None
+    integrity: IntegrityResult | None = None
+    load: list[LevelResult] | None = None
+    finished_reasons: dict[str, float] | None = None
+    log_families: list[str] | None = None
+    log_allowed: list[LogAllowed] | None = None
+    attention_backends: list[str] | None = None
+    kv_tokens: int | None = None
+    #: vfleet.verify.gpuhealth.run_gpu_health: ok, problems, devices, diag (the tool's own output).
+    gpu_health: dict[str, Any] | None = None
+    suite_finished_unix: float | None = None
+
+
+class Report(_Strict):
+    """report.json."""
+
+    schema_: int = Field(SCHEMA, alias="schema")  # `schema` is a BaseModel method
+    passed: bool
+    profile: str
+    production: bool
+    url: str
+    served_model: str
+    image: ImageInfo
+    api_key: str  # where the key came from, never the key
+    docker_host: str | None
+    log: str | None
+    selected: str | None
+    started: str
+    wall_s: float
+    vllm_version: str | None
+    pytest_exitstatus: int
+    counts: Counts
+    unexcused_skips: list[UnexcusedSkip]
+    not_applicable: dict[str, str]
+    checks: list[CheckResult]
+    figures: Figures
+    partial: bool  # a partial run (-k) never supports a promotion
+    plots_missing: str | None = None
+    plots: list[str] = []
+
+    def dump(self) -> dict[str, Any]:
+        """The report.json object: the keys that were set, in schema order."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+    def to_json(self) -> str:
+        return json.dumps(self.dump(), indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> Report:
+        """The report in ``text`` (report.json), strictly typed as written; VfleetError naming ``where``,
+        each bad key and its value otherwise."""
+        try:
+            return cls.model_validate_json(text, strict=True)
+        except ValidationError as exc:
+            raise VfleetError(f"{where}: not a boot-verify report of schema {SCHEMA}: {_problems(exc)}") from None
+
+    @classmethod
+    def load(cls, path: Path) -> Report:
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise VfleetError(f"{path}: not a readable report ({exc.strerror or exc})") from None
+        return cls.from_json(text, str(path))
+
+
+def _problems(exc: ValidationError) -> str:
+    """Each error as KEY.PATH: what is wrong (value): the key as report.json spells it."""
+    out = []
+    for e in exc.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "the file"
+        value = "" if e["type"] == "missing" else f" (value {json.dumps(e.get('input'), default=str)[:120]})"
+        what = "unknown key" if e["type"] in ("extra_forbidden", "unexpected_keyword_argument") else e["msg"]
+        out.append(f"{key}: {what}{value}")
+    return "; ".join(out[:8]) + (f"; and {len(out) - 8} more" if len(out) > 8 else "")
