@@ -22,6 +22,7 @@ from page_browser import Browser, Rendered, browser
 
 from vfleet.pages import fleet_html, report_html
 from vfleet.verify import report
+from vfleet.verify.model import CheckResult, Report
 
 H200 = REPO / "tests" / "fixtures" / "h200-verify"
 STATUS = REPO / "tests" / "fixtures" / "pages" / "status-cpu-node.json"
@@ -44,16 +45,13 @@ def write_report(out: Path, run: str = "run2", boot: str = "graph", **changes: A
     """A recorded run's report written again through report.build + report.write (which writes
     report.json, report.md, the plots and report.html), with ``changes`` applied to the report."""
     src = json.loads((H200 / run / f"verify-{boot}" / "report.json").read_text())
-    checks = [{k: v for k, v in c.items() if k != "not_applicable"} for c in src["checks"]]
+    checks = [CheckResult.model_validate({k: v for k, v in c.items() if k != "not_applicable"}) for c in src["checks"]]
     meta = {k: src[k] for k in META_KEYS} | {"started": src["started"], "wall_s": src["wall_s"]}
-    rep = report.build(
-        {"exitstatus": src["pytest_exitstatus"], "tests": checks},
-        src["figures"],
-        meta,
-        not_applicable=src["not_applicable"],
-    )
-    rep["partial"] = False
-    rep.update(changes)
+    built = report.build(checks, src["pytest_exitstatus"], src["figures"], meta, not_applicable=src["not_applicable"])
+    data = built.dump() | {"partial": False}
+    for key, value in changes.items():
+        data[key] = data[key] | value if isinstance(value, dict) and isinstance(data.get(key), dict) else value
+    rep = Report.model_validate(data)
     report.write(rep, out)
     return out
 
