@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from vfleet.verify import runner
+from vfleet.verify import apikey, runner
 from vfleet.verify.model import Report
 
 
@@ -23,18 +23,7 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--url", required=True, help="server base URL, e.g. http://node1:8000")
     p.add_argument("--profile", required=True, help="serve profile whose expectations apply (MODEL/PLATFORM)")
-    key = p.add_mutually_exclusive_group()
-    key.add_argument(
-        "--api-key-env",
-        metavar="VAR",
-        help="environment variable that holds the API key (default: VLLM_API_KEY, as vLLM's server reads it)",
-    )
-    key.add_argument(
-        "--env-file",
-        type=Path,
-        metavar="FILE",
-        help="the node's docker env file (e.g. /etc/vfleet/secrets.env): the API key is its VLLM_API_KEY",
-    )
+    apikey.add_options(p)
     p.add_argument("--model", help="served model name (default: the profile's)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--log", type=Path, help="the server log file")
