@@ -216,3 +216,23 @@ def test_local_build_suffix_is_the_same_release(tree: Path) -> None:
     data = apply_mod.apply(tree, "rocm")
     assert data["base_version"] == PINNED
     assert apply_mod.verify(tree) == []
+
+
+def test_verify_import_check_imports_the_patched_modules_and_names_one_that_fails(base: Path, tmp_path: Path) -> None:
+    """The image build's `verify --import-check` on a whole (Python-only) copy of the base: the patched modules
+    import from the tree itself; a patched module that compiles but does not import fails the check by name."""
+    tree = tmp_path / "full"
+    shutil.copytree(base, tree)
+    apply_mod.apply(tree, "cpu")
+    ok = cli("patches", "verify", "--root", str(tree), "--import-check")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "patched module vllm.v1.kv_cache_interface imports" in ok.stdout
+    assert ok.stdout.rstrip().endswith("patched modules import")
+    f = tree / "vllm" / "v1" / "kv_cache_interface.py"
+    f.write_text(f.read_text() + "\nimport vfleet_test_no_such_module  # noqa\n")
+    bad = cli("patches", "verify", "--root", str(tree), "--import-check")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert (
+        "FAIL patched module vllm.v1.kv_cache_interface does not import: ModuleNotFoundError: "
+        "No module named 'vfleet_test_no_such_module'"
+    ) in bad.stderr, bad.stderr
