@@ -41,42 +41,18 @@ Remove-When: never
 
 LINES = b"a\nb\nc\nd\ne\nf\ng\nh\n"
 
-START = b"""--- a/vllm/m.py
-+++ b/vllm/m.py
-@@ -1,3 +1,4 @@
- a
-+inserted
- b
- c
-"""
 
-END = b"""--- a/vllm/m.py
-+++ b/vllm/m.py
-@@ -6,3 +6,4 @@
- f
- g
- h
-+appended
-"""
+def one_hunk(header: bytes, *body: bytes) -> bytes:
+    """A git-style diff of vllm/m.py with one hunk: its @@ header and its body lines."""
+    return b"--- a/vllm/m.py\n+++ b/vllm/m.py\n" + header + b"\n" + b"".join(line + b"\n" for line in body)
 
-MIDDLE = b"""--- a/vllm/m.py
-+++ b/vllm/m.py
-@@ -3,3 +3,4 @@
- c
-+inserted
- d
- e
-"""
 
-NO_NEWLINE = b"""--- a/vllm/m.py
-+++ b/vllm/m.py
-@@ -7,2 +7,2 @@
- g
--h
-\\ No newline at end of file
-+H
-\\ No newline at end of file
-"""
+START = one_hunk(b"@@ -1,3 +1,4 @@", b" a", b"+inserted", b" b", b" c")
+END = one_hunk(b"@@ -6,3 +6,4 @@", b" f", b" g", b" h", b"+appended")
+MIDDLE = one_hunk(b"@@ -3,3 +3,4 @@", b" c", b"+inserted", b" d", b" e")
+NO_NEWLINE = one_hunk(
+    b"@@ -7,2 +7,2 @@", b" g", b"-h", b"\\ No newline at end of file", b"+H", b"\\ No newline at end of file"
+)
 
 
 def home_with(tmp_path: Path, diff: bytes) -> Path:
