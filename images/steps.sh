@@ -1,11 +1,10 @@
 #!/bin/sh
-# The build steps every vfleet image shares (cpu, cuda, rocm), written once and run by the Dockerfiles.
-# Each step stops the build on the first error.
+# The step every vfleet image shares (cpu, cuda, rocm) before its patch layer, written once:
 #   steps.sh install-vfleet [WHEELS]  pip-install /opt/vfleet/src into the Python that holds vLLM
-#   steps.sh patch FAMILY          vfleet patches apply onto that vLLM (site-packages asked from Python)
-#   steps.sh verify FAMILY         manifest check, compile of the patched modules, import where torch exists
+# The patch layer itself is one vfleet call per step in each Dockerfile: `vfleet patches apply` and
+# `vfleet patches verify --import-check`.
 set -eu
-step="${1:?usage: steps.sh install-vfleet|patch FAMILY|verify FAMILY}"
+step="${1:?usage: steps.sh install-vfleet [WHEELS]}"
 case "$step" in
   install-vfleet)
     echo "vfleet-build: installing vfleet into $(command -v python3)"
@@ -19,12 +18,8 @@ case "$step" in
     rm -rf /opt/vfleet/src/build /opt/vfleet/src/*.egg-info
     vfleet --version
     ;;
-  patch|verify)
-    family="${2:?steps.sh $step needs the image family: cpu, cuda or rocm}"
-    exec vfleet image step "$step" --family "$family"
-    ;;
   *)
-    echo "steps.sh: unknown step $step" >&2
+    echo "steps.sh: unknown step $step (the patch and verify steps are now \`vfleet patches apply|verify\`)" >&2
     exit 2
     ;;
 esac

@@ -133,7 +133,7 @@ def test_profile_only_change_rebuilds_one_thin_layer(standin: str, context: Path
         assert len(layers_a) == len(layers_b)
         changed = [i for i, (x, y) in enumerate(zip(layers_a, layers_b, strict=True)) if x != y]
         assert changed == [len(layers_a) - 1], f"layers {changed} changed; only the top one may"
-        for needle in ("steps.sh install-vfleet", "steps.sh patch cuda"):
+        for needle in ("steps.sh install-vfleet", "vfleet patches apply --platform cuda"):
             assert step_cached(res.output, needle), f"the step `{needle}` was rebuilt for a profile change"
         assert (
             inspect(a)["Config"]["Labels"]["org.vfleet.profiles.digest"]

@@ -32,7 +32,7 @@ def base() -> Path:
 def tree(base: Path, tmp_path: Path) -> Path:
     """The files the series touches plus vllm/_version.py, copied from the real base tree."""
     root = tmp_path / "site-packages"
-    rels = {fd.path for p in load_series() for fd in p.files} | {"vllm/_version.py"}
+    rels = {rel for p in load_series() for rel in p.files} | {"vllm/_version.py"}
     for rel in rels:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(base / rel, root / rel)
@@ -80,7 +80,7 @@ def test_apply_writes_patched_files_and_manifest(tree: Path) -> None:
     assert set(manifest["patches"][0]) == {"name", "sha256", "platforms", "upstream_status"}
     after = snapshot(tree)
     changed = {k for k in before if before[k] != after[k]}
-    assert changed == {fd.path for p in selected for fd in p.files}
+    assert changed == {rel for p in selected for rel in p.files}
     assert set(after) - set(before) == {apply_mod.MANIFEST}
     ok = cli("patches", "verify", "--root", str(tree))
     assert ok.returncode == 0, ok.stderr
@@ -113,19 +113,16 @@ def test_already_patched_tree_without_manifest_is_detected(tree: Path) -> None:
 
 
 def test_partially_patched_tree_is_refused_unchanged(tree: Path) -> None:
-    # Apply only 0002 by hand, as a string-replacing patcher that stopped half-way would leave it.
-    from vfleet.patchset.diff import apply_file
-
+    # Apply only 0002, with GNU patch, as a patcher that stopped half-way would leave the tree.
     p2 = next(p for p in load_series() if p.name.startswith("0002-"))
-    fd = p2.files[0]
-    res = apply_file(fd, (tree / fd.path).read_bytes())
-    assert not res.failures and res.content is not None
-    (tree / fd.path).write_bytes(res.content)
+    (rel,) = p2.files
+    subprocess.run(["patch", "-p1", "--fuzz=0", "--batch", "-s", "-i", str(p2.path)], cwd=tree, check=True)
     before = snapshot(tree)
     proc = cli("patches", "apply", "--root", str(tree), "--platform", "cuda")
     assert proc.returncode != 0
     assert "partially patched" in proc.stderr
-    assert f"{p2.name}: {fd.path} hunk #1: already applied" in proc.stderr
+    assert f"{p2.name}: {rel} hunk #1 (@@ -988,6 +988,14 @@): already applied" in proc.stderr
+    assert "0001-glm5next-nvidia-seed-kernel-tail-strides.patch" not in proc.stderr, "0001 applies: not named"
     assert snapshot(tree) == before
     assert not (tree / apply_mod.MANIFEST).exists()
 
@@ -157,7 +154,8 @@ def test_wrong_base_content_names_patch_file_and_hunk(tree: Path, base: Path) ->
 
 
 def test_corrupted_patch_is_refused_unchanged(tree: Path, home: Path) -> None:
-    """A truncated hunk (the body is shorter than its header says) must not parse."""
+    """A truncated hunk (the body is shorter than its header says): git cannot read it; the message names
+    the patch, the file and the hunk."""
     patch = home / "patches" / "0003-glm5next-indexer-workspace-in-pools.patch"
     lines = patch.read_text().splitlines(keepends=True)
     cut = next(i for i, ln in enumerate(lines) if ln.startswith("+        self.max_total_seq_len"))
@@ -166,8 +164,8 @@ def test_corrupted_patch_is_refused_unchanged(tree: Path, home: Path) -> None:
     proc = cli("patches", "apply", "--root", str(tree), "--platform", "cuda", env_home=home)
     assert proc.returncode != 0
     assert "0003-glm5next-indexer-workspace-in-pools.patch" in proc.stderr
-    assert "vllm/models/glm5next/nvidia/attention.py" in proc.stderr and "hunk #1" in proc.stderr
-    assert "corrupted" in proc.stderr and "Traceback" not in proc.stderr
+    assert "vllm/models/glm5next/nvidia/attention.py hunk #1 (@@ -300,7 +300,12 @@) is corrupted" in proc.stderr
+    assert "corrupt patch at line" in proc.stderr and "Traceback" not in proc.stderr
     assert snapshot(tree) == before
 
 
@@ -183,7 +181,7 @@ def test_last_patch_failing_writes_none_of_the_earlier_ones(tree: Path, home: Pa
     before = snapshot(tree)
     with pytest.raises(apply_mod.ApplyError, match="nothing was written") as exc:
         apply_mod.apply(tree, "cuda")
-    assert f"{selected[-1].name}: {selected[-1].files[0].path} hunk #1" in str(exc.value)
+    assert f"{selected[-1].name}: {selected[-1].files[0]} hunk #1" in str(exc.value)
     assert snapshot(tree) == before
 
 
@@ -218,3 +216,23 @@ def test_local_build_suffix_is_the_same_release(tree: Path) -> None:
     data = apply_mod.apply(tree, "rocm")
     assert data["base_version"] == PINNED
     assert apply_mod.verify(tree) == []
+
+
+def test_verify_import_check_imports_the_patched_modules_and_names_one_that_fails(base: Path, tmp_path: Path) -> None:
+    """The image build's `verify --import-check` on a whole (Python-only) copy of the base: the patched modules
+    import from the tree itself; a patched module that compiles but does not import fails the check by name."""
+    tree = tmp_path / "full"
+    shutil.copytree(base, tree)
+    apply_mod.apply(tree, "cpu")
+    ok = cli("patches", "verify", "--root", str(tree), "--import-check")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "patched module vllm.v1.kv_cache_interface imports" in ok.stdout
+    assert ok.stdout.rstrip().endswith("patched modules import")
+    f = tree / "vllm" / "v1" / "kv_cache_interface.py"
+    f.write_text(f.read_text() + "\nimport vfleet_test_no_such_module  # noqa\n")
+    bad = cli("patches", "verify", "--root", str(tree), "--import-check")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert (
+        "FAIL patched module vllm.v1.kv_cache_interface does not import: ModuleNotFoundError: "
+        "No module named 'vfleet_test_no_such_module'"
+    ) in bad.stderr, bad.stderr

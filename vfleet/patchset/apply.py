@@ -1,19 +1,23 @@
-"""Apply the series to an installed vLLM tree: every hunk of every patch is checked first, in memory;
-nothing is written unless all of them apply; then a manifest records what was applied."""
+"""Apply the series to an installed vLLM tree with one `git apply` over every patch: git checks every
+hunk of every patch first and writes nothing unless all of them apply; then a manifest records what was
+applied. When git refuses, each patch is tried on a scratch copy to name the patch, file and hunk, and to
+tell a tree that is already (or partly) patched from one the patches do not fit."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
+import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vfleet import paths
 from vfleet.errors import VfleetError
-from vfleet.patchset.diff import HunkFailure, apply_file
+from vfleet.patchset import gitapply
 from vfleet.patchset.series import Patch, load_series, select, series_sha256
 
 MANIFEST = "vllm/vfleet_patch_manifest.json"
@@ -43,47 +47,94 @@ def tree_version(root: Path) -> str:
     return m.group(1)
 
 
+def vllm_site() -> Path:
+    """The site-packages that holds vLLM, as this Python reports it (the package is not imported)."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        raise ApplyError(
+            f"vllm is not installed for {sys.executable}: pass --root DIR, the site-packages dir holding vllm/"
+        )
+    return Path(next(iter(spec.submodule_search_locations))).parent
+
+
+def touched(patches: list[Patch]) -> list[str]:
+    """Every path the patches change, in first-seen order."""
+    return list(dict.fromkeys(rel for p in patches for rel in p.files))
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One hunk (or a whole file: hunk 0) of one patch that git does not apply."""
+
+    patch: Patch
+    path: str
+    hunk: int
+    header: str
+    reason: str
+
+    def where(self) -> str:
+        if not self.hunk:
+            return f"{self.path}: {self.reason}"
+        return f"{self.path} hunk #{self.hunk}" + (f" ({self.header})" if self.header else "") + f": {self.reason}"
+
+    def __str__(self) -> str:
+        return f"{self.patch.name}: {self.where()}"
+
+
+NO_MATCH = "does not match the tree exactly (git apply: no fuzz)"
+NOT_PRESENT = "its patched text is not in the tree (git apply -R does not undo it)"
+
+
+def findings(tree: Path, patch: Patch, *, reverse: bool = False) -> tuple[list[Finding], list[Finding]]:
+    """For a patch that git refuses on tree as a whole: (hunks that fail, hunks that are already applied).
+
+    reverse=True checks that the patch is present: a hunk that git cannot undo fails; none is 'already'."""
+    fwd = gitapply.hunks(tree, patch.path, patch.files, reverse=reverse)
+    back = {} if reverse else gitapply.hunks(tree, patch.path, patch.files, reverse=True)
+    fail: list[Finding] = []
+    done: list[Finding] = []
+    for rel, res in fwd.items():
+        undo = back.get(rel)
+        if res.error:
+            (done if undo is not None and undo.clean else fail).append(Finding(patch, rel, 0, "", res.error))
+        for num, header in sorted(res.rejected.items()):
+            if undo is not None and (undo.clean or num in undo.applied):
+                done.append(Finding(patch, rel, num, header, "already applied"))
+            else:
+                fail.append(Finding(patch, rel, num, header, NOT_PRESENT if reverse else NO_MATCH))
+    return fail, done
+
+
 @dataclass
 class Plan:
-    """Result of checking a series against a tree, in memory."""
+    """What git says about a series on a tree; an empty git_message means it applies."""
 
-    originals: dict[str, bytes | None]
-    results: dict[str, bytes | None]
-    failures: list[tuple[Patch, HunkFailure]]
-    already: list[tuple[Patch, HunkFailure]]  # hunks that fail forward but reverse-apply
-    total_hunks: int
+    git_message: str = ""
+    failures: list[Finding] = field(default_factory=list)
+    already: list[Finding] = field(default_factory=list)
+    fully_applied: bool = False  # the whole series reverse-applies: the tree is already patched
 
 
 def plan(root: Path, patches: list[Patch]) -> Plan:
-    """Check every hunk of every patch, in order, on an in-memory copy of the files."""
-    state: dict[str, bytes | None] = {}
-    originals: dict[str, bytes | None] = {}
-    failures: list[tuple[Patch, HunkFailure]] = []
-    already: list[tuple[Patch, HunkFailure]] = []
-    for patch in patches:
-        for fd in patch.files:
-            if fd.path not in state:
-                f = root / fd.path
-                state[fd.path] = f.read_bytes() if f.is_file() else None
-                originals[fd.path] = state[fd.path]
-            res = apply_file(fd, state[fd.path])
-            if res.failures:
-                for fail in res.failures:
-                    one = type(fd)(fd.path, tuple(h for h in fd.hunks if h.index == fail.hunk))
-                    if one.hunks and not apply_file(one, state[fd.path], reverse=True).failures:
-                        already.append((patch, fail))
-                    else:
-                        failures.append((patch, fail))
+    """Check the series in one `git apply --check`; if git refuses it, find out per patch and hunk why,
+    applying the patches that do apply to a scratch copy so that later patches see them."""
+    message = gitapply.check(root, [p.path for p in patches])
+    if message is None:
+        return Plan()
+    result = Plan(git_message=message)
+    result.fully_applied = gitapply.check(root, [p.path for p in reversed(patches)], reverse=True) is None
+    with gitapply.scratch(root, touched(patches)) as copy:
+        for patch in patches:
+            if gitapply.check(copy, [patch.path]) is None:
+                gitapply.apply(copy, [patch.path])
                 continue
-            state[fd.path] = res.content
-    return Plan(originals, state, failures, already, sum(len(fd.hunks) for p in patches for fd in p.files))
+            fail, done = findings(copy, patch)
+            result.failures += fail
+            result.already += done
+    return result
 
 
-def _write_atomic(path: Path, data: bytes | None) -> None:
-    if data is None:
-        path.unlink(missing_ok=True)
-        return
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+def _write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".vfleet-tmp")
     try:
@@ -96,6 +147,22 @@ def _write_atomic(path: Path, data: bytes | None) -> None:
         raise
 
 
+def _snapshot(root: Path, rels: list[str]) -> dict[str, tuple[bytes, int] | None]:
+    out: dict[str, tuple[bytes, int] | None] = {}
+    for rel in rels:
+        f = root / rel
+        out[rel] = (f.read_bytes(), f.stat().st_mode & 0o7777) if f.is_file() else None
+    return out
+
+
+def _restore(root: Path, originals: dict[str, tuple[bytes, int] | None]) -> None:
+    for rel, saved in originals.items():
+        if saved is None:
+            (root / rel).unlink(missing_ok=True)
+        else:
+            _write_atomic(root / rel, *saved)
+
+
 def manifest_data(patches: list[Patch], platform: str, base_version: str) -> dict[str, Any]:
     return {
         "base_version": base_version,
@@ -103,6 +170,24 @@ def manifest_data(patches: list[Patch], platform: str, base_version: str) -> dic
         "series_sha256": series_sha256(patches),
         "patches": [p.manifest_entry() for p in patches],
     }
+
+
+def refusal(root: Path, p: Plan, want: str) -> ApplyError:
+    lines = [f"  {fail}" for fail in p.failures] + [f"  {done}" for done in p.already]
+    if p.fully_applied:  # one line per patch is enough
+        lines = [f"  {name}: already applied" for name in dict.fromkeys(d.patch.name for d in p.already)]
+    if not lines:  # git refused the series, but no single patch on its own: say what git said
+        lines = [f"  git apply --check: {p.git_message}"]
+    if p.fully_applied:
+        what = "the tree is already patched (the whole series reverse-applies)"
+    elif p.already:
+        what = "the tree is partially patched"
+    else:
+        what = "a hunk does not match the tree"
+    return ApplyError(
+        f"{root}: the patch set did not apply: {what}; nothing was written:\n" + "\n".join(lines) + "\n  fix: start "
+        f"from an unpatched vLLM {want} tree, or rebase the failing patch (docs/patches.md)"
+    )
 
 
 def apply(root: Path, platform: str, *, expect_version: str | None = None) -> dict[str, Any]:
@@ -122,31 +207,17 @@ def apply(root: Path, platform: str, *, expect_version: str | None = None) -> di
             f"Install vLLM {want} there (or run `vfleet patches status --base {have}` for a rebase report)."
         )
     patches = select(load_series(), platform)
+    gitapply.ensure_outside_repository(root)
     p = plan(root, patches)
-    if p.failures or p.already:
-        lines = [f"  {patch.name}: {fail}" for patch, fail in p.failures]
-        lines += [f"  {patch.name}: {fail.path} hunk #{fail.hunk}: already applied" for patch, fail in p.already]
-        if len(p.already) == p.total_hunks:
-            what = "the tree is already patched (every failing hunk is already applied)"
-        elif p.already:
-            what = "the tree is partially patched"
-        else:
-            what = "patches do not apply"
-        raise ApplyError(
-            f"{root}: {what}; nothing was written:\n" + "\n".join(lines) + "\n  fix: start from an unpatched vLLM "
-            f"{want} tree, or rebase the failing patch (docs/patches.md)"
-        )
+    if p.git_message:
+        raise refusal(root, p, want)
     data = manifest_data(patches, platform, want)
-    written: list[str] = []
+    originals = _snapshot(root, touched(patches))
     try:
-        for rel, content in p.results.items():
-            if content != p.originals[rel]:
-                _write_atomic(root / rel, content)
-                written.append(rel)
+        gitapply.apply(root, [patch.path for patch in patches])
         _write_atomic(manifest, (json.dumps(data, indent=2) + "\n").encode())
     except BaseException as exc:
-        for rel in written:  # put back what was written before the failure
-            _write_atomic(root / rel, p.originals[rel])
+        _restore(root, originals)  # put back what git wrote before the failure
         manifest.unlink(missing_ok=True)
         raise ApplyError(f"{root}: writing the patched files failed ({exc}); the originals were restored") from exc
     return data
@@ -154,7 +225,7 @@ def apply(root: Path, platform: str, *, expect_version: str | None = None) -> di
 
 def verify(root: Path) -> list[str]:
     """Problems with a patched tree (empty: good): manifest matches the series, every patch's change is
-    present, every patched file byte-compiles."""
+    present (the series reverse-applies, last patch first), every patched file byte-compiles."""
     root = root.resolve()
     manifest = root / MANIFEST
     try:
@@ -180,19 +251,20 @@ def verify(root: Path) -> list[str]:
     else:
         if version.split("+", 1)[0] != want["base_version"]:
             problems.append(f"tree is vLLM {version}, the pinned base is {want['base_version']}")
-    # Every patch must be present: reverse-apply the whole series, last patch first, in memory.
-    state: dict[str, bytes | None] = {}
-    for patch in reversed(patches):
-        for fd in patch.files:
-            if fd.path not in state:
-                f = root / fd.path
-                state[fd.path] = f.read_bytes() if f.is_file() else None
-            res = apply_file(fd, state[fd.path], reverse=True)
-            if res.failures:
-                problems += [f"{patch.name}: not present in the tree: {fail}" for fail in res.failures]
-            else:
-                state[fd.path] = res.content
-    for rel in sorted({fd.path for p in patches for fd in p.files}):
+    gitapply.ensure_outside_repository(root)
+    backwards = list(reversed(patches))
+    if gitapply.check(root, [p.path for p in backwards], reverse=True) is not None:
+        missing: list[Finding] = []
+        with gitapply.scratch(root, touched(patches)) as copy:
+            for patch in backwards:
+                if gitapply.check(copy, [patch.path], reverse=True) is None:
+                    gitapply.apply(copy, [patch.path], reverse=True)
+                else:
+                    missing += findings(copy, patch, reverse=True)[0]
+        problems += [f"{m.patch.name}: not present in the tree: {m.where()}" for m in missing]
+        if not missing:
+            problems.append("the series does not reverse-apply as a whole (git apply -R --check)")
+    for rel in touched(patches):
         f = root / rel
         if f.suffix == ".py" and f.is_file():
             try:

@@ -2,7 +2,8 @@
 
 A patch file is a block of `Key: value` headers (continuation lines start with whitespace), a blank
 line, free text, then a git-style unified diff (`--- a/vllm/...`, `+++ b/vllm/...`) against the root of
-a site-packages directory. `patches/series` lists the patch files in apply order, `#` starts a comment.
+a site-packages directory. git reads the diff (vfleet.patchset.gitapply); the headers are ours.
+`patches/series` lists the patch files in apply order, `#` starts a comment.
 `patches/upstream.yaml` records fixes the base already contains (not patches, but verified by a test).
 """
 
@@ -17,7 +18,7 @@ import yaml
 
 from vfleet import paths
 from vfleet.errors import VfleetError
-from vfleet.patchset.diff import DiffError, FileDiff, parse
+from vfleet.patchset import gitapply
 
 REQUIRED_HEADERS = (
     "Subject",
@@ -45,7 +46,7 @@ class Patch:
     name: str
     path: Path
     headers: dict[str, str]
-    files: tuple[FileDiff, ...]
+    files: tuple[str, ...]  # paths under the site-packages root, as git reads them
     sha256: str
 
     @property
@@ -108,11 +109,18 @@ def load_patch(path: Path) -> Patch:
         raw = path.read_bytes()
     except OSError as exc:
         raise PatchError(f"{path}: cannot read the patch ({exc})") from exc
-    headers, body = split_headers(raw, path.name)
+    headers, _ = split_headers(raw, path.name)
+    gitapply.git()  # a missing git is one error for the whole series, not one per patch
     try:
-        files = parse(body, source=path.name)
-    except DiffError as exc:
+        files = gitapply.files(path)
+    except gitapply.GitApplyError as exc:
         raise PatchError(str(exc)) from exc
+    for rel in files:
+        if not rel.startswith("vllm/") or ".." in rel.split("/"):
+            raise PatchError(
+                f"{path.name}: {rel}: a patch changes files under vllm/ only, named git-style as "
+                "--- a/vllm/... and +++ b/vllm/... (git strips the first path component, -p1)"
+            )
     missing = [h for h in REQUIRED_HEADERS if not headers.get(h)]
     if missing:
         raise PatchError(f"{path.name}: missing or empty header(s): {', '.join(missing)}")

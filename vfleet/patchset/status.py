@@ -1,10 +1,10 @@
 """The rebase report: for a vLLM release, is each patch still needed, already upstream, or in conflict?
 
-Per patch, in series order, on an in-memory copy of the release's tree (patches that apply are applied,
-so later patches see them):
-  applies           every hunk applies forward with exact context;
-  already upstream  it reverse-applies, or (the decisive signal, since upstream rarely writes a fix the
-                    way we did) its Verified-By test passes on the unpatched release;
+Per patch, in series order, on a scratch copy of the release's tree (patches that apply are applied,
+so later patches see them), as `git apply` decides:
+  applies           every hunk applies forward with exact context (`git apply --check`);
+  already upstream  it reverse-applies (`git apply -R --check`), or (the decisive signal, since upstream
+                    rarely writes a fix the way we did) its Verified-By test passes on the unpatched release;
   conflicts         neither: the patch must be rebased (the failing hunks are named).
 """
 
@@ -19,7 +19,8 @@ from pathlib import Path
 
 from vfleet import paths
 from vfleet.errors import VfleetError
-from vfleet.patchset.diff import HunkFailure, apply_file
+from vfleet.patchset import gitapply
+from vfleet.patchset.apply import Finding, findings, touched
 from vfleet.patchset.series import Patch, load_series
 
 #: Environment variable that points a Verified-By test at one release tree (see tests/kernels/trees.py).
@@ -53,32 +54,19 @@ def run_verified_by(tree: Path, nodeids: list[str]) -> dict[str, bool | None]:
 
 def report(tree: Path, *, run_tests: bool = True) -> list[Row]:
     patches = load_series()
-    state: dict[str, bytes | None] = {}
     rows: list[Row] = []
-    pending: list[tuple[Patch, list[HunkFailure]]] = []
-    for patch in patches:
-        failures: list[HunkFailure] = []
-        new_state: dict[str, bytes | None] = {}
-        for fd in patch.files:
-            if fd.path not in state:
-                f = tree / fd.path
-                state[fd.path] = f.read_bytes() if f.is_file() else None
-            res = apply_file(fd, new_state.get(fd.path, state[fd.path]))
-            failures += res.failures
-            if not res.failures:
-                new_state[fd.path] = res.content
-        if not failures:
-            state.update(new_state)
-            rows.append(Row(patch, APPLIES, f"{sum(len(fd.hunks) for fd in patch.files)} hunks apply, no fuzz"))
-            continue
-        rev_failures: list[HunkFailure] = []
-        for fd in patch.files:
-            rev_failures += apply_file(fd, state[fd.path], reverse=True).failures
-        if not rev_failures:
-            rows.append(Row(patch, UPSTREAM, "reverse-applies"))
-            continue
-        rows.append(Row(patch, CONFLICTS, ""))
-        pending.append((patch, failures))
+    pending: list[tuple[Patch, list[Finding]]] = []
+    with gitapply.scratch(tree, touched(patches)) as copy:
+        for patch in patches:
+            if gitapply.check(copy, [patch.path]) is None:
+                gitapply.apply(copy, [patch.path])
+                rows.append(Row(patch, APPLIES, "every hunk applies with exact context (git apply --check)"))
+            elif gitapply.check(copy, [patch.path], reverse=True) is None:
+                rows.append(Row(patch, UPSTREAM, "reverse-applies"))
+            else:
+                rows.append(Row(patch, CONFLICTS, ""))
+                fail, done = findings(copy, patch)
+                pending.append((patch, fail or done))
     if pending:
         verdicts = run_verified_by(tree, [p.verified_by.split()[0] for p, _ in pending]) if run_tests else {}
         by_name = {p.name: (p, f) for p, f in pending}
@@ -88,7 +76,8 @@ def report(tree: Path, *, run_tests: bool = True) -> list[Row]:
             patch, failures = by_name[row.patch.name]
             nodeid = patch.verified_by.split()[0]
             passed = verdicts.get(nodeid)
-            first = f"{failures[0]}" + (f" (+{len(failures) - 1} more)" if len(failures) > 1 else "")
+            first = failures[0].where() if failures else "git apply refuses it, no single hunk named"
+            first += f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
             if passed:
                 row.verdict = UPSTREAM
                 row.detail = (
