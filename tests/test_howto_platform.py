@@ -36,7 +36,7 @@ def test_every_file_the_howto_names_exists() -> None:
 def test_every_symbol_the_howto_names_is_in_its_file() -> None:
     """`NAME` in `path`: the symbol is defined in that file (a stale note after a split fails here)."""
     pairs = re.findall(r"`([A-Za-z_]+)`(?: literal)? in\s+`((?:vfleet|images)/[^`]+)`", HOWTO.read_text())
-    assert len(pairs) >= 3, pairs
+    assert len(pairs) >= 2, pairs
     for name, rel in pairs:
         src = (REPO / rel).read_text()
         defined = re.search(rf"^\s*{name}\b\s*(?::|=)", src, re.M)

@@ -6,7 +6,7 @@ vfleet.profiles reads the files into these models and re-exports every public na
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -18,6 +18,8 @@ ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 VLLM_KEY_RE = re.compile(r"^[a-z][a-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*$")
 
 Family = Literal["rocm", "cuda", "cpu"]
+#: The image and patch families: the one list every other module reads (images, patches, --family).
+FAMILIES: tuple[Family, ...] = get_args(Family)
 
 
 class Strict(BaseModel):

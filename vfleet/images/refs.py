@@ -8,13 +8,13 @@ from typing import Any
 from vfleet import PACKAGE_DIR, __version__
 from vfleet import pins as _pins
 from vfleet.errors import VfleetError
+from vfleet.profile_schema import FAMILIES as FAMILIES  # re-exported: the one list of families
 
 ROOT = PACKAGE_DIR.parent
 CACHE = ROOT / ".cache"
 WHEELS = CACHE / "image-wheels"
 STANDIN_DIR = CACHE / "standin"
 LABEL = "org.vfleet"
-FAMILIES = ("cpu", "cuda", "rocm")
 
 
 class ImageError(VfleetError):

@@ -19,6 +19,7 @@ import yaml
 from vfleet import paths
 from vfleet.errors import VfleetError
 from vfleet.patchset import gitapply
+from vfleet.profile_schema import FAMILIES
 
 REQUIRED_HEADERS = (
     "Subject",
@@ -31,7 +32,7 @@ REQUIRED_HEADERS = (
     "Verified-By",
     "Remove-When",
 )
-PLATFORMS = ("cuda", "rocm", "cpu")
+PLATFORMS = FAMILIES  # a patch's Platforms header names image families
 UPSTREAM_STATUSES = ("Pending", "Submitted", "Accepted", "Backport", "Inappropriate")
 #: Files in patches/ that are not patches.
 NON_PATCH_FILES = ("series", "upstream.yaml", "release-wheels.json", "README.md")
