@@ -194,3 +194,58 @@ def test_no_record_and_bad_key_are_clear(
     assert main(["image", "sign", REF_A, "--key", str(signed["pub"]), "--store", str(signed["store"])]) == 2
     assert "cannot read an unencrypted PEM private key" in capsys.readouterr().err
     assert not (record_dir(signed["store"], resolve(REF_A).image_id) / STATEMENT).with_suffix(".tmp").exists()
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[str]:
+    """A registry on this host (Debian's docker-registry in the fleet node image, as the test fleets run
+    it), published on 127.0.0.1 (an address Docker pushes to without TLS). Removed by its exact name."""
+    from vfleet.dockerd import docker
+    from vfleet.fleet.images import NODE_IMAGE, build_node_image
+
+    build_node_image()
+    name = "vfleet-supply-test-registry"
+    docker("rm", "-f", name, check=False)
+    docker(
+        "run", "--detach", "--name", name, "--label", "org.vfleet.managed=true", "--label",
+        "org.vfleet.role=supply-test-registry", "--publish", "127.0.0.1::5000", "--entrypoint",
+        "/usr/bin/docker-registry", NODE_IMAGE, "serve", "/etc/vfleet-registry.yml",
+    )  # fmt: skip
+    try:
+        port = docker("port", name, "5000/tcp").stdout.split()[0].rsplit(":", 1)[1]
+        yield f"127.0.0.1:{port}"
+    finally:
+        docker("rm", "-f", name, check=False)
+
+
+def test_pushed_image_is_signed_for_its_manifest_digest(
+    signed: dict[str, Any], registry: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    from vfleet.dockerd import docker
+
+    store = store_copy(signed, tmp_path)
+    pushed = f"{registry}/vfleet-supply-test:a"
+    docker("tag", REF_A, pushed)
+    try:
+        for _ in range(20):  # the registry takes a moment to listen
+            if docker("push", pushed, check=False).returncode == 0:
+                break
+            time.sleep(0.5)
+        local, remote = resolve(REF_A), resolve(pushed)
+        assert remote.image_id == local.image_id and remote.digest != local.digest  # same config, new name
+        # Signed for the local image ID only: the pushed manifest digest is not signed, and the reason says so.
+        rc, out = verify(pushed, store, signed["pub"], capsys=capsys)
+        assert rc == 1 and failed(out) == "signature" and f"signed only for {local.digest}" in out["reason"]
+        assert main(["image", "sign", pushed, "--key", str(signed["priv"]), "--store", str(store)]) == 0
+        capsys.readouterr()
+        by_digest = f"{registry}/vfleet-supply-test@{remote.digest}"
+        for ref in (pushed, by_digest):
+            rc, out = verify(ref, store, signed["pub"], capsys=capsys)
+            assert rc == 0 and out["digest"] == remote.digest, out["reason"]
+        # A digest the registry does not hold cannot be tied to anything.
+        rc, out = verify(f"{registry}/vfleet-supply-test@sha256:{'1' * 64}", store, signed["pub"], capsys=capsys)
+        assert rc == 1 and failed(out) == "digest"
+    finally:
+        docker("image", "rm", pushed, check=False)

@@ -18,11 +18,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from vfleet.patchset.fetch import sha256_file as file_sha256
 from vfleet.supply import provenance as prov
 from vfleet.supply.audit import audit_packages
 from vfleet.supply.identity import Identity, resolve
 from vfleet.supply.sbom import make_sbom, python_packages
-from vfleet.supply.store import SBOM, STATEMENT, VULNS, SupplyError, envelope_path, file_sha256, record_dir
+from vfleet.supply.store import SBOM, STATEMENT, VULNS, SupplyError, envelope_path, record_dir
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -2,7 +2,7 @@
 
 What is audited: the Python packages the image's SBOM lists (name and version, as syft read them from the
 image's dist-info), written as a pinned requirements list and given to ``pip-audit --no-deps
---disable-pip``, so nothing is installed or resolved. A local version label (torch ``2.13.0+cpu``) is
+--disable-pip``, so nothing is installed or resolved. A local version label (torch's ``+cpu``) is
 dropped for the look-up, because advisories are filed against public versions; the report says so.
 
 Honesty rules: a package the service could not look up is "not audited", never "clean"; when pip-audit

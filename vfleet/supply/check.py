@@ -17,9 +17,10 @@ from typing import Any
 
 from securesystemslib.signer import Key  # type: ignore[attr-defined]
 
+from vfleet.patchset.fetch import sha256_file as file_sha256
 from vfleet.supply import provenance as prov
 from vfleet.supply.identity import Identity, resolve
-from vfleet.supply.store import STATEMENT, SupplyError, envelope_path, file_sha256, record_dir
+from vfleet.supply.store import STATEMENT, SupplyError, envelope_path, record_dir
 
 
 @dataclass

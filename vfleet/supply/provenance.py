@@ -29,8 +29,9 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.signer import CryptoSigner, Key, SSlibKey  # type: ignore[attr-defined]
 
 from vfleet.dockerd import DockerError, docker
+from vfleet.patchset.fetch import sha256_file as file_sha256
 from vfleet.patchset.series import load_series, select, series_sha256
-from vfleet.supply.store import SupplyError, file_sha256, hex_of
+from vfleet.supply.store import SupplyError, hex_of
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"

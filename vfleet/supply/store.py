@@ -11,7 +11,6 @@ the image is pushed as. A local image and its pushed copies therefore share one 
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
@@ -51,11 +50,3 @@ def record_dir(store: Path, image_id: str) -> Path:
 
 def envelope_path(store: Path, image_id: str, subject_digest: str) -> Path:
     return record_dir(store, image_id) / PROVENANCE / f"{hex_of(subject_digest)}.dsse.json"
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
