@@ -48,6 +48,14 @@ def test_real_run_says_what_it_could_audit() -> None:
         assert report["not_audited"][0]["name"] == PKG[0]
 
 
+def test_two_versions_of_one_package_are_both_looked_up() -> None:
+    """An image can hold two versions of one package; pip-audit takes one pin per name, so both are put to
+    the service (in two runs) and both appear in the report, audited or not."""
+    report = audit_packages([("setuptools", "77.0.3"), ("setuptools", "78.1.1"), PKG])
+    assert report["packages"] == 3
+    assert report["audited"] + len(report["not_audited"]) == 3, report["status"]
+
+
 @pytest.mark.injected_fault
 def test_findings_and_partial_audits_are_reported() -> None:
     """pip-audit's JSON with a finding and a skipped package, which the real service cannot be made to

@@ -48,9 +48,42 @@ def audit_packages(
         "packages": len(lookups),
         "notes": notes,
     }
+    deps: list[dict[str, Any]] = []
+    for batch in _batches(lookups):
+        data = _run_pip_audit(batch, service, timeout_s, env)
+        if isinstance(data, str):
+            report["status"] = data
+            return report
+        deps += data.get("dependencies", [])
+    return _summarise(report, {"dependencies": deps})
+
+
+NETWORK_ERRORS = ("ConnectionError", "ProxyError", "Max retries", "NameResolution", "Timeout", "SSLError")
+
+
+def _batches(lookups: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """pip-audit takes one pin per name in a requirements list; an image can hold two versions of one
+    package (the system Python's and the venv's), so each batch has every name at most once."""
+    batches: list[list[tuple[str, str]]] = []
+    seen: list[set[str]] = []
+    for name, version in lookups:
+        key = name.lower().replace("_", "-").replace(".", "-")
+        i = next((i for i, names in enumerate(seen) if key not in names), len(batches))
+        if i == len(batches):
+            batches.append([])
+            seen.append(set())
+        batches[i].append((name, version))
+        seen[i].add(key)
+    return batches
+
+
+def _run_pip_audit(
+    batch: list[tuple[str, str]], service: str, timeout_s: int, env: dict[str, str] | None
+) -> dict[str, Any] | str:
+    """pip-audit's JSON for one batch, or the "unknown: ..." status when it produced none."""
     with tempfile.TemporaryDirectory(prefix="vfleet-audit-") as tmp:
         req = Path(tmp) / "requirements.txt"
-        req.write_text("".join(f"{n}=={v}\n" for n, v in lookups))
+        req.write_text("".join(f"{n}=={v}\n" for n, v in batch))
         out = Path(tmp) / "audit.json"
         argv = [pip_audit_bin(), "-r", str(req), "--no-deps", "--disable-pip", "-f", "json", "-s", service]
         argv += ["--progress-spinner", "off", "--timeout", str(timeout_s), "--cache-dir", str(Path(tmp) / "cache")]
@@ -58,14 +91,14 @@ def audit_packages(
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=600)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            report["status"] = f"unknown: database unreachable (pip-audit did not finish: {exc})"
-            return report
+            return f"unknown: pip-audit did not finish ({exc})"
         if not out.is_file():
-            last = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-1:] or [f"exit {proc.returncode}"]
-            report["status"] = f"unknown: database unreachable ({service}: {last[0].strip()[:400]})"
-            return report
-        data = json.loads(out.read_text())
-    return _summarise(report, data)
+            lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()] or [f"exit {proc.returncode}"]
+            if any(e in proc.stderr for e in NETWORK_ERRORS):
+                return f"unknown: database unreachable ({service}: {lines[-1][:400]})"
+            return f"unknown: pip-audit failed ({lines[-1][:400]})"
+        data: dict[str, Any] = json.loads(out.read_text())
+    return data
 
 
 def _summarise(report: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from securesystemslib.signer import Key  # type: ignore[attr-defined]
 
+from vfleet.errors import VfleetError
 from vfleet.patchset.fetch import sha256_file as file_sha256
 from vfleet.supply import provenance as prov
 from vfleet.supply.identity import Identity, resolve
@@ -104,7 +105,10 @@ def verify(ref: str, keys: list[Key], store: Path, home: Path, *, allow_standin:
             return fail(name, msg)
         res.checks.append(Check(name, True, f"{products[name]['uri']} matches the signed sha256"))
     res.vulnerabilities = str(json.loads((rec / products["vulnerabilities"]["uri"]).read_text()).get("status", ""))
-    problems = material_problems(stmt, home, allow_standin=allow_standin)
+    try:
+        problems = material_problems(stmt, home, allow_standin=allow_standin)
+    except (OSError, VfleetError) as exc:
+        return fail("materials", f"cannot read this checkout's pins ({home}): {exc}")
     if problems:
         return fail("materials", "; ".join(problems))
     res.checks.append(Check("materials", True, f"match {home}"))
