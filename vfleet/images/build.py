@@ -92,6 +92,17 @@ class BuildResult:
     ref: str
     seconds: float
     output: str
+    record: Path | None = None  # the supply-chain record (SBOM, provenance), when one was asked for
+
+
+@dataclass(frozen=True)
+class Attest:
+    """After the build, write the image's supply-chain record to STORE (vfleet.supply.attest):
+    the SBOM, the vulnerability report, the Statement, and its signature when SIGN_KEY is given."""
+
+    store: Path
+    sign_key: Path | None = None
+    audit: bool = True
 
 
 def build_image(
@@ -100,6 +111,7 @@ def build_image(
     tag: str | None = None,
     context: Path | None = None,
     no_cache: bool = False,
+    attest: Attest | None = None,
 ) -> BuildResult:
     """Build images/Dockerfile.<family> with ``context`` (default: the checkout) and return its output."""
     import time
@@ -121,11 +133,12 @@ def build_image(
     if family == "cpu":
         build_base()
         fetch_wheels()
-        args += ["--build-arg", f"BASE_IMAGE={base or base_ref()}"]
+        base = base or base_ref()
     else:
-        args += ["--build-arg", f"BASE_IMAGE={base or gpu_base_ref(family)}"]
-    args += ["--build-arg", f"VFLEET_IMAGE={ref}"]
-    for key, value in build_labels(ctx).items():
+        base = base or gpu_base_ref(family)
+    args += ["--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"VFLEET_IMAGE={ref}"]
+    labels = build_labels(ctx)
+    for key, value in labels.items():
         args += ["--build-arg", f"{key}={value}"]
     if no_cache:
         args.append("--no-cache")
@@ -133,7 +146,15 @@ def build_image(
     check_profiles(ctx / "serve_configs")
     t0 = time.monotonic()
     out = _docker_build(args)
-    return BuildResult(ref, time.monotonic() - t0, out)
+    res = BuildResult(ref, time.monotonic() - t0, out)
+    if attest is not None:
+        from vfleet.supply.attest import attest_build
+
+        wheels = ctx / ".cache" / "image-wheels" if family == "cpu" else None
+        res.record = attest_build(
+            ref, family, ctx, base, wheels, attest.store, labels, sign_key=attest.sign_key, audit=attest.audit
+        )
+    return res
 
 
 def check_profiles(serve_configs: Path) -> None:

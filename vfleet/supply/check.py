@@ -1,0 +1,225 @@
+"""`vfleet image verify REF`: is REF the image vfleet built, signed by a key we trust, from the pins of
+this checkout? Every check is named; the first failure is the one-line reason; a check that could not be
+made (its input is missing, or one it depends on failed) is a failure, never a pass.
+
+Checks: digest (REF's digest, asked of its registry or this daemon), record (the store holds the image's
+record), signature (a trusted key signed the Statement for this digest), subject (the Statement names
+REF's digest and image ID), sbom and vulnerabilities (present, with the digests that were signed),
+materials (the base, wheels, versions.json, patch series, patches and profiles match this checkout).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from securesystemslib.signer import Key  # type: ignore[attr-defined]
+
+from vfleet.errors import VfleetError
+from vfleet.patchset.fetch import sha256_file as file_sha256
+from vfleet.supply import provenance as prov
+from vfleet.supply.identity import Identity, resolve
+from vfleet.supply.store import STATEMENT, SupplyError, envelope_path, record_dir
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    message: str
+
+
+@dataclass
+class Result:
+    ref: str
+    checks: list[Check] = field(default_factory=list)
+    digest: str = ""
+    image_id: str = ""
+    signer: str = ""
+    vulnerabilities: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+    @property
+    def reason(self) -> str:
+        bad = next((c for c in self.checks if not c.ok), None)
+        if bad is None:
+            return f"verified {self.ref} ({self.digest}): signed by {self.signer}; SBOM and materials match"
+        return f"NOT verified {self.ref}: {bad.name}: {bad.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ref": self.ref,
+            "verified": self.ok,
+            "reason": self.reason,
+            "digest": self.digest,
+            "image_id": self.image_id,
+            "signer": self.signer,
+            "vulnerabilities": self.vulnerabilities,
+            "checks": [c.__dict__ for c in self.checks],
+        }
+
+
+def verify(ref: str, keys: list[Key], store: Path, home: Path, *, allow_standin: bool = False) -> Result:
+    res = Result(ref)
+
+    def fail(name: str, msg: str) -> Result:
+        res.checks.append(Check(name, False, msg))
+        return res
+
+    try:
+        ident = resolve(ref)
+    except SupplyError as exc:
+        return fail("digest", str(exc))
+    res.digest, res.image_id = ident.digest, ident.image_id
+    res.checks.append(Check("digest", True, f"{ident.digest} ({ident.kind})"))
+    rec = record_dir(store, ident.image_id)
+    if not rec.is_dir():
+        return fail(
+            "record", f"{store} has no record of image {ident.image_id}: not built by `vfleet image build` here"
+        )
+    res.checks.append(Check("record", True, str(rec)))
+    env_path = envelope_path(store, ident.image_id, ident.digest)
+    if not env_path.is_file():
+        return fail("signature", _unsigned_message(ident, rec))
+    if not keys:
+        return fail("signature", "no trusted key given (--key PUB or VFLEET_TRUSTED_KEYS)")
+    try:
+        stmt, keyid = prov.open_envelope(json.loads(env_path.read_text()), keys)
+    except (SupplyError, ValueError) as exc:
+        return fail("signature", f"{env_path.name}: {exc}")
+    res.signer = keyid
+    res.checks.append(Check("signature", True, f"signed by trusted keyid {keyid}"))
+    problem = _subject_problem(stmt, ident)
+    if problem:
+        return fail("subject", problem)
+    res.checks.append(Check("subject", True, f"names {ident.digest} and image {ident.image_id}"))
+    products = {p.get("name"): p for p in stmt.get("predicate", {}).get("runDetails", {}).get("byproducts", [])}
+    for name in ("sbom", "vulnerabilities"):
+        msg = _byproduct_problem(rec, products.get(name), name)
+        if msg:
+            return fail(name, msg)
+        res.checks.append(Check(name, True, f"{products[name]['uri']} matches the signed sha256"))
+    res.vulnerabilities = str(json.loads((rec / products["vulnerabilities"]["uri"]).read_text()).get("status", ""))
+    try:
+        problems = material_problems(stmt, home, allow_standin=allow_standin)
+    except (OSError, VfleetError) as exc:
+        return fail("materials", f"cannot read this checkout's pins ({home}): {exc}")
+    if problems:
+        return fail("materials", "; ".join(problems))
+    res.checks.append(Check("materials", True, f"match {home}"))
+    return res
+
+
+def _unsigned_message(ident: Identity, rec: Path) -> str:
+    others = sorted(p.name.split(".", 1)[0] for p in (rec / "provenance").glob("*.dsse.json"))
+    what = "the image is unsigned" if not others else f"signed only for sha256:{', sha256:'.join(others)}"
+    if not (rec / STATEMENT).is_file():
+        return f"{what}, and its record has no Statement to sign"
+    return f"no signed provenance for {ident.digest}: {what} (`vfleet image sign {ident.ref} --key PRIV`)"
+
+
+def _subject_problem(stmt: dict[str, Any], ident: Identity) -> str:
+    if stmt.get("_type") != prov.STATEMENT_TYPE or stmt.get("predicateType") != prov.PREDICATE_TYPE:
+        return f"not an in-toto Statement with the SLSA provenance predicate ({stmt.get('_type')})"
+    subjects = stmt.get("subject") or []
+    want = ident.digest.split(":", 1)[1]
+    for s in subjects:
+        if s.get("digest", {}).get("sha256") == want:
+            if s.get("annotations", {}).get("imageId") != ident.image_id:
+                return f"the subject's image ID is {s.get('annotations', {}).get('imageId')}, REF's is {ident.image_id}"
+            return ""
+    named = ", ".join("sha256:" + str(s.get("digest", {}).get("sha256")) for s in subjects) or "nothing"
+    return f"the signed provenance names {named}, but {ident.ref} is {ident.digest}"
+
+
+def _byproduct_problem(rec: Path, item: dict[str, Any] | None, name: str) -> str:
+    if not item:
+        return f"the signed Statement records no {name}"
+    path = rec / str(item["uri"])
+    if not path.is_file():
+        return f"{path} is missing (the signed Statement records sha256:{item['digest']['sha256']})"
+    got = file_sha256(path)
+    if got != item["digest"]["sha256"]:
+        return f"{path} is sha256:{got}, not the signed sha256:{item['digest']['sha256']} (changed after signing)"
+    return ""
+
+
+def material_problems(stmt: dict[str, Any], home: Path, *, allow_standin: bool = False) -> list[str]:
+    """What in the Statement's materials differs from the checkout HOME (empty: all match)."""
+    from vfleet import pins
+    from vfleet.images.build import tree_digest
+    from vfleet.images.refs import standin_ref
+
+    build = stmt.get("predicate", {}).get("buildDefinition", {})
+    family = str(build.get("externalParameters", {}).get("family", ""))
+    mats = {str(m.get("name")): m for m in build.get("resolvedDependencies", [])}
+    pinned = pins.load(home / "versions.json")
+    if family not in pinned.base_images:
+        return [f"unknown family {family!r}"]
+    expect = {
+        "versions.json": file_sha256(home / "versions.json"),
+        "patch-series": prov.patch_series_digest(home, family),
+        "patches": tree_digest([home / "patches"], home).split(":", 1)[1],
+        "profiles": tree_digest([home / "serve_configs"], home).split(":", 1)[1],
+    }
+    if family == "cpu":
+        expect["requirements"] = file_sha256(home / "requirements" / "cpu.txt")
+    problems = []
+    for name, want in expect.items():
+        got = mats.get(name, {}).get("digest", {}).get("sha256")
+        if got != want:
+            problems.append(f"{name} is sha256:{got}, this checkout's is sha256:{want}")
+    problems += _base_problems(
+        mats.get("base-image"), pinned.base_images[family], standin_ref() if allow_standin else ""
+    )
+    if family == "cpu":
+        problems += wheel_problems(mats, home, pinned)
+    return problems
+
+
+def _base_problems(mat: dict[str, Any] | None, pin: Any, standin: str) -> list[str]:
+    if not mat:
+        return ["no base-image material"]
+    ref = str(mat.get("uri", "")).removeprefix("docker-image://")
+    if standin and ref == standin:
+        return []
+    if ref != pin.ref:
+        hint = "" if standin else " (a stand-in base passes only with --allow-standin)"
+        return [f"base image is {ref}, versions.json pins {pin.ref}{hint}"]
+    if pin.digest and mat.get("digest", {}).get("sha256") != pin.digest.split(":", 1)[-1]:
+        return [f"base image digest is sha256:{mat.get('digest', {}).get('sha256')}, versions.json pins {pin.digest}"]
+    return []
+
+
+def _dist(filename: str) -> tuple[str, str]:
+    name, version = filename.split("-")[:2]
+    return name.lower().replace("_", "-").replace(".", "-"), version
+
+
+def wheel_problems(mats: dict[str, dict[str, Any]], home: Path, pinned: Any) -> list[str]:
+    """The wheels must be the ones requirements/cpu.txt and versions.json pin, with the pinned sha256."""
+    wheels = {n.removeprefix("wheel:"): m for n, m in mats.items() if n.startswith("wheel:")}
+    by_dist: dict[str, list[str]] = {}
+    for filename in wheels:
+        by_dist.setdefault(_dist(filename)[0], []).append(filename)
+    problems = []
+    for line in (home / "requirements" / "cpu.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" not in line:
+            continue
+        name, version = (s.strip() for s in line.split("==", 1))
+        dist = name.lower().replace("_", "-")
+        found = by_dist.get(dist, [])
+        if [f for f in found if _dist(f)[1] != version] or not found:
+            problems.append(f"wheels for {dist}: {', '.join(found) or 'none'}; requirements/cpu.txt pins {version}")
+    for dist, w in pinned.wheels.items():
+        if dist in by_dist or w.filename in wheels:
+            got = wheels.get(w.filename, {}).get("digest", {}).get("sha256")
+            if got != w.sha256:
+                problems.append(f"wheel {w.filename} is sha256:{got}, versions.json pins sha256:{w.sha256}")
+    return problems

@@ -1,0 +1,102 @@
+"""Which digest names an image reference, asked of whoever holds it.
+
+* ``HOST/REPO:TAG`` or ``HOST/REPO@sha256:D`` (the first part has a dot, a colon or is localhost): the
+  registry's manifest digest (Docker-Content-Digest), and the image ID is the manifest's config digest.
+  Nothing is guessed: when the registry does not answer, the reference cannot be tied to a digest.
+* ``REPO:TAG`` with no registry part: an image that lives on this daemon only. It has no manifest digest;
+  it is named by its image ID (``docker image inspect .Id``, the sha256 of its config), which is also the
+  config digest of any manifest it is later pushed as.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from vfleet.dockerd import DockerError, docker
+from vfleet.supply.store import SupplyError, hex_of
+
+MANIFEST_TYPES = (
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+)
+LIST_TYPES = (
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.index.v1+json",
+)
+KIND_MANIFEST = "registry-manifest"
+KIND_IMAGE_ID = "docker-image-id"
+
+
+@dataclass(frozen=True)
+class Identity:
+    ref: str
+    image_id: str  # sha256:HEX of the image config
+    name: str  # the subject name: REGISTRY/REPO, or the local REPO:TAG
+    digest: str  # the subject digest: the manifest digest, or the image ID for a local-only image
+    kind: str  # KIND_MANIFEST or KIND_IMAGE_ID
+
+
+def split_ref(ref: str) -> tuple[str, str, str, str]:
+    """(registry host or "", repository path, tag or "", digest or "") of a reference."""
+    rest, _, digest = ref.partition("@")
+    first, slash, _ = rest.partition("/")
+    host = first if slash and ("." in first or ":" in first or first == "localhost") else ""
+    path = rest[len(host) + 1 :] if host else rest
+    tag = ""
+    if ":" in path.rsplit("/", 1)[-1]:
+        path, tag = path.rsplit(":", 1)
+    if not path:
+        raise SupplyError(f"{ref!r} is not an image reference (REPO[:TAG] or HOST/REPO[:TAG|@sha256:D])")
+    return host, path, tag or ("" if digest else "latest"), digest
+
+
+def _registry_get(host: str, path: str, reference: str) -> tuple[str, dict[str, Any]]:
+    """(Docker-Content-Digest, manifest) of HOST/PATH:REFERENCE, over https and then plain http."""
+    headers = {"Accept": ", ".join(MANIFEST_TYPES + LIST_TYPES)}
+    errors = []
+    for scheme in ("https", "http"):
+        url = f"{scheme}://{host}/v2/{path}/manifests/{reference}"
+        try:
+            resp = httpx.get(url, headers=headers, timeout=15)
+        except httpx.HTTPError as exc:
+            errors.append(f"{url}: {exc}")
+            continue
+        if resp.status_code == 404:
+            raise SupplyError(f"registry {host} has no manifest {path}:{reference} (404)")
+        if resp.status_code != 200:
+            raise SupplyError(f"registry {host} answered {resp.status_code} for {url}")
+        manifest: dict[str, Any] = resp.json()
+        media = manifest.get("mediaType") or resp.headers.get("content-type", "")
+        if media in LIST_TYPES:
+            raise SupplyError(
+                f"{host}/{path}:{reference} is a multi-platform index; name one platform's manifest (REPO@sha256:D)"
+            )
+        digest = resp.headers.get("docker-content-digest") or "sha256:" + hashlib.sha256(resp.content).hexdigest()
+        return digest, manifest
+    raise SupplyError(f"cannot ask registry {host} for the digest of {path}:{reference}: " + "; ".join(errors))
+
+
+def resolve(ref: str) -> Identity:
+    """The identity of REF, asked of its registry (registry references) or of this daemon (local ones)."""
+    host, path, tag, digest = split_ref(ref)
+    if host:
+        got, manifest = _registry_get(host, path, digest or tag)
+        if digest and got != digest:
+            raise SupplyError(f"registry {host} serves {got} for {ref}, not the digest the reference names")
+        config = str((manifest.get("config") or {}).get("digest", ""))
+        hex_of(config)
+        return Identity(ref, config, f"{host}/{path}", got, KIND_MANIFEST)
+    if digest:
+        raise SupplyError(f"{ref}: a digest reference needs its registry (HOST/REPO@sha256:D)")
+    try:
+        out = docker("image", "inspect", "--format", "{{json .Id}}", ref).stdout
+    except DockerError as exc:
+        raise SupplyError(f"{ref}: no such image on this Docker daemon ({exc})") from exc
+    image_id = str(json.loads(out))
+    hex_of(image_id)
+    return Identity(ref, image_id, ref, image_id, KIND_IMAGE_ID)

@@ -1,0 +1,186 @@
+"""Provenance of an image build: its materials, the in-toto Statement (SLSA provenance v1 predicate), and
+DSSE signing and checking with ed25519 keys (securesystemslib).
+
+Materials (SLSA v1 calls them resolvedDependencies), each a name, a URI and a sha256:
+  base-image       the FROM image: its pinned registry digest, or the local image ID when built here
+  wheel:FILE       every wheel in the wheel cache the CPU image installs from (.cache/image-wheels)
+  requirements     requirements/cpu.txt, the pins the CPU image installs
+  versions.json    the pin file baked into the image
+  patch-series     the series digest of the patches applied for the family (= the image manifest's)
+  patches          the tree digest of patches/ (= the label org.vfleet.patches.digest)
+  profiles         the tree digest of serve_configs/ (= the label org.vfleet.profiles.digest)
+
+Keys: the private key is a PEM (PKCS#8) ed25519 key the operator keeps in a file or a secret mount; it
+is read only to sign, never copied, logged or written anywhere. Public keys are PEM SubjectPublicKeyInfo.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import load_pem_private_key, load_pem_public_key
+from securesystemslib.dsse import Envelope
+
+# securesystemslib.signer imports these without re-exporting them (no __all__), hence the ignore.
+from securesystemslib.signer import CryptoSigner, Key, SSlibKey  # type: ignore[attr-defined]
+
+from vfleet.dockerd import DockerError, docker
+from vfleet.patchset.fetch import sha256_file as file_sha256
+from vfleet.patchset.series import load_series, select, series_sha256
+from vfleet.supply.store import SupplyError, hex_of
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+BUILD_TYPE = "https://github.com/vfleet/vfleet/image-build/v1"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+
+
+# -- materials ------------------------------------------------------------------------------------
+
+
+def _sha(d: str) -> dict[str, str]:
+    return {"sha256": hex_of(d) if d.startswith("sha256:") else d}
+
+
+def base_material(base: str) -> dict[str, Any]:
+    """The FROM image: REPO@sha256:D names its manifest digest; otherwise this daemon's image ID."""
+    if "@sha256:" in base:
+        return {
+            "name": "base-image",
+            "uri": f"docker-image://{base.split('@', 1)[0]}",
+            "digest": _sha(base.split("@", 1)[1]),
+        }
+    try:
+        image_id = str(json.loads(docker("image", "inspect", "--format", "{{json .Id}}", base).stdout))
+    except DockerError as exc:
+        raise SupplyError(f"base image {base} is not on this daemon, so its digest cannot be recorded") from exc
+    return {
+        "name": "base-image",
+        "uri": f"docker-image://{base}",
+        "digest": _sha(image_id),
+        "annotations": {"digestKind": "docker-image-id"},
+    }
+
+
+def materials(context: Path, family: str, base: str, wheels: Path | None) -> list[dict[str, Any]]:
+    """The materials of a build of FAMILY from CONTEXT on BASE (wheels: the directory the CPU image installs
+    from; None for the GPU families, whose vLLM comes in the base)."""
+    from vfleet.images.build import tree_digest
+
+    out = [base_material(base)]
+    if wheels is not None:
+        files = sorted(wheels.glob("*.whl"))
+        if not files:
+            raise SupplyError(f"{wheels} holds no wheels: `vfleet image wheels` first")
+        out += [{"name": f"wheel:{w.name}", "uri": f"wheel:{w.name}", "digest": _sha(file_sha256(w))} for w in files]
+        req = context / "requirements" / "cpu.txt"
+        out.append({"name": "requirements", "uri": "requirements/cpu.txt", "digest": _sha(file_sha256(req))})
+    out.append(
+        {"name": "versions.json", "uri": "versions.json", "digest": _sha(file_sha256(context / "versions.json"))}
+    )
+    out.append(
+        {
+            "name": "patch-series",
+            "uri": f"patches/series#{family}",
+            "digest": _sha(patch_series_digest(context, family)),
+        }
+    )
+    out.append({"name": "patches", "uri": "patches/", "digest": _sha(tree_digest([context / "patches"], context))})
+    out.append(
+        {"name": "profiles", "uri": "serve_configs/", "digest": _sha(tree_digest([context / "serve_configs"], context))}
+    )
+    return out
+
+
+def patch_series_digest(context: Path, family: str) -> str:
+    """series_sha256 of the patches patches/series applies for FAMILY: what the image's manifest records."""
+    return series_sha256(select(load_series(context / "patches"), family))
+
+
+# -- the statement --------------------------------------------------------------------------------
+
+
+def statement(
+    subject: dict[str, Any],
+    family: str,
+    mats: list[dict[str, Any]],
+    byproducts: list[dict[str, Any]],
+    labels: dict[str, str],
+) -> dict[str, Any]:
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [subject],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": {
+            "buildDefinition": {
+                "buildType": BUILD_TYPE,
+                "externalParameters": {"family": family, "dockerfile": f"images/Dockerfile.{family}"},
+                "internalParameters": {"labels": labels},
+                "resolvedDependencies": mats,
+            },
+            "runDetails": {
+                "builder": {"id": "vfleet image build"},
+                "metadata": {"startedOn": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")},
+                "byproducts": byproducts,
+            },
+        },
+    }
+
+
+def subject_of(name: str, digest: str, image_id: str, kind: str) -> dict[str, Any]:
+    return {"name": name, "digest": _sha(digest), "annotations": {"imageId": image_id, "digestKind": kind}}
+
+
+# -- keys and DSSE --------------------------------------------------------------------------------
+
+
+def load_private_key(path: Path) -> CryptoSigner:
+    try:
+        key = load_pem_private_key(path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise SupplyError(
+            f"signing key {path}: cannot read an unencrypted PEM private key ({type(exc).__name__})"
+        ) from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise SupplyError(f"signing key {path} is not an ed25519 key (`openssl genpkey -algorithm ed25519`)")
+    return CryptoSigner(key, SSlibKey.from_crypto(key.public_key()))
+
+
+def load_public_key(path: Path) -> Key:
+    try:
+        key = load_pem_public_key(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise SupplyError(f"trusted key {path}: cannot read a PEM public key ({type(exc).__name__})") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise SupplyError(f"trusted key {path} is not an ed25519 public key")
+    return SSlibKey.from_crypto(key)
+
+
+def sign(stmt: dict[str, Any], signer: CryptoSigner) -> dict[str, Any]:
+    env = Envelope(json.dumps(stmt, sort_keys=True).encode(), PAYLOAD_TYPE, {})
+    env.sign(signer)
+    return dict(env.to_dict())
+
+
+def open_envelope(data: dict[str, Any], keys: list[Key]) -> tuple[dict[str, Any], str]:
+    """(statement, keyid that signed it) when a trusted key signed the envelope; else SupplyError."""
+    from securesystemslib.exceptions import VerificationError
+
+    try:
+        env = Envelope.from_dict(data)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise SupplyError(f"not a DSSE envelope ({exc})") from None
+    if env.payload_type != PAYLOAD_TYPE:
+        raise SupplyError(f"payload type {env.payload_type!r}, not {PAYLOAD_TYPE}")
+    try:
+        accepted = env.verify(keys, 1)
+    except VerificationError:
+        signed_by = ", ".join(sorted(env.signatures)) or "nobody"
+        trusted = ", ".join(k.keyid for k in keys)
+        raise SupplyError(f"not signed by a trusted key (signed by keyid {signed_by}; trusted: {trusted})") from None
+    stmt: dict[str, Any] = json.loads(env.payload)
+    return stmt, sorted(accepted)[0]
