@@ -9,7 +9,6 @@ build      build images/Dockerfile.FAMILY with the OCI labels (cpu, cuda, rocm),
 sign       sign the provenance of REF (its registry manifest digest, or a local image's ID) with --key PRIV
 verify     check REF: signature by a trusted --key, subject = REF's digest, SBOM and materials (exit 0/1)
 layers     print an image's layers and their sizes in bytes
-step       a build step run inside the Dockerfiles (patch, verify)
 """
 
 from __future__ import annotations
@@ -21,7 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ACTIONS = ("dockerd", "base", "wheels", "standin", "build", "layers", "step", "sign", "verify")
+from vfleet.profile_schema import FAMILIES
+
+ACTIONS = ("dockerd", "base", "wheels", "standin", "build", "layers", "sign", "verify")
 
 
 def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
@@ -32,8 +33,8 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("action", choices=ACTIONS)
-    p.add_argument("name", nargs="?", help="layers, sign, verify: image reference; step: patch or verify")
-    p.add_argument("--family", choices=("cpu", "cuda", "rocm"), default="cpu")
+    p.add_argument("name", nargs="?", help="layers, sign, verify: image reference")
+    p.add_argument("--family", choices=FAMILIES, default="cpu")
     p.add_argument("--base", help="build: base image (default: the pin; for GPU families in tests, the stand-in)")
     p.add_argument("--standin", action="store_true", help="build: use the local GPU stand-in base (builds it)")
     p.add_argument("--tag", help="build: image reference (default: the pinned vfleet image name)")
@@ -65,14 +66,6 @@ def run(args: argparse.Namespace) -> int:
     from vfleet import images
     from vfleet.dockerd import ensure_dockerd
 
-    if args.action == "step":
-        if args.name == "patch":
-            images.step_patch(args.family)
-        elif args.name == "verify":
-            images.step_verify(args.family)
-        else:
-            raise images.ImageError(f"unknown build step {args.name!r}; steps: patch, verify")
-        return 0
     if args.action == "build" and args.release:
         if args.base or args.standin:
             raise images.ImageError("--release builds on the pinned base: drop --base/--standin")

