@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vfleet.pages import report_html
 from vfleet.verify.model import SCHEMA, CheckResult, Figures, Report
 from vfleet.verify.plots import fmt as _fmt
 from vfleet.verify.plots import plot_lines, pyplot
@@ -208,5 +207,7 @@ def write(report: Report, out: Path) -> Path:
     report.plots = _plots(report, out)
     (out / "report.json").write_text(report.to_json())
     (out / "report.md").write_text(markdown(report))
+    from vfleet.pages import report_html  # jinja2 only where a report is written, not at CLI load
+
     report_html.write(out)
     return out / "report.json"

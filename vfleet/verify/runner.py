@@ -13,7 +13,7 @@ from pathlib import Path
 from vfleet.errors import VfleetError
 from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
-from vfleet.verify import apikey, suite
+from vfleet.verify import apikey
 from vfleet.verify import image as image_mod
 from vfleet.verify import report as report_mod
 from vfleet.verify.model import Report
@@ -77,6 +77,9 @@ def run(
     else:
         record = image_mod.ImageRecord(ref=None, reason="no --image or --container given")
     out.mkdir(parents=True, exist_ok=True)
+    # pytest is imported here, not at CLI load: an image's vfleet has no pytest (it never runs the suite).
+    from vfleet.verify import suite
+
     session = suite.Session(
         suite.Inputs(
             url=url,
