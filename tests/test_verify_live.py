@@ -589,6 +589,11 @@ def test_demo_on_the_cpu_image(model_dir: Path, tmp_path: Path) -> None:
     c = checks(out)
     assert c["test_version"]["outcome"] == "passed" and c["test_log[kv_tokens]"]["outcome"] == "passed"
     assert "container.log" in proc.stdout and (out / "server" / "container.log").stat().st_size > 0
+    # The people's page of this same run (the browser tests render it in tests/test_pages.py): written by
+    # the real verify, with its verdict first and the image it verified.
+    page = (out / "report.html").read_text()
+    assert page.index('id="verdict"') < page.index('id="checks"'), page[:2000]
+    assert "Boot-verify PASS" in page and img["id"] in page
     left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=org.vfleet.demo=true"], capture_output=True,
                           text=True, check=False)  # fmt: skip
     assert left.stdout.strip() == "", f"demo containers left: {left.stdout}"
