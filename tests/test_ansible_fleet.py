@@ -179,6 +179,8 @@ def ctx() -> Iterator[Ctx]:
 def test_fresh_deploy_then_concurrent_rerun_is_idempotent_and_locked(ctx: Ctx) -> None:
     proc = ctx.cli("fresh_deploy", "rollout", "--image", ctx.refs["good-1"])
     assert proc.returncode == 0, proc.stdout[-3000:]
+    # The stand-ins have no build record to sign: the test fleet lets them through, and the run says so.
+    assert f"NOT CHECKED: {ctx.refs['good-1']} goes out without its signature" in flat(proc.stdout)
     for n in ctx.names:
         ctx.assert_on(n, "good-1")
         rec = ctx.record(n)
@@ -621,6 +623,21 @@ def test_bad_balancer_input_is_named_and_nothing_is_swapped(ctx: Ctx) -> None:
     assert ctx.snapshot() == before
 
 
+@pytest.mark.injected_fault
+def test_nodes_that_pulled_another_image_than_the_gate_verified_stop_before_a_swap(ctx: Ctx) -> None:
+    """Injected fault: a tag that moves between the supply-chain gate and the pull cannot be timed here,
+    so the gate's fact is overridden (-e beats set_fact) with an image ID no node will pull. The check
+    after the pull must stop the run before the canary."""
+    before = ctx.snapshot()
+    other = "sha256:" + "3" * 64
+    proc = ctx.cli("gate_id_moved", "rollout", "--image", ctx.refs["good-2"], vfleet_node__verified_id=other)
+    assert proc.returncode != 0
+    text = flat(proc.stdout)
+    assert f"but the supply-chain gate verified {other} for {ctx.refs['good-2']}: the tag moved" in text, text[-3000:]
+    assert "No container has been swapped" in text
+    assert ctx.snapshot() == before
+
+
 def test_preflight_refuses_an_image_that_is_not_promoted(ctx: Ctx, tmp_path: Path) -> None:
     """The real `vfleet promote --check` against an empty promotions file: nothing is swapped."""
     before = ctx.snapshot()
@@ -687,7 +704,8 @@ def test_unreachable_node_stops_the_rollout_before_any_swap(ctx: Ctx) -> None:
         docker("start", n4)
     assert proc.returncode != 0
     text = flat(proc.stdout)
-    assert f"preflight (unreachable, unpromoted image, disk or GPUs) failed on {n4}" in text, proc.stdout[-3000:]
+    what = "preflight (unreachable, unpromoted or unverified image, disk or GPUs)"
+    assert f"{what} failed on {n4}" in text, proc.stdout[-3000:]
     assert "nothing was swapped" in text
     for n in ctx.names[:3]:
         assert ctx.snapshot()[n] == before[n]
