@@ -49,8 +49,8 @@ FLEET_OPTS = $(if $(LIMIT),--limit $(LIMIT)) $(if $(BREAK_LOCK),--break-lock)
 lb: $(STAMP) ## set up the HAProxy balancer in front of the nodes [INVENTORY=dir|FLEET=test-fleet]
 	$(V)/vfleet fleet lb $(FLEET_WHERE)
 
-rollout: $(STAMP) ## roll the fleet onto IMAGE=ref: canary, then batches [INVENTORY|FLEET] [BATCH=n] [LIMIT=pattern] [BREAK_LOCK=1]
-	$(V)/vfleet fleet rollout $(FLEET_WHERE) --image $(IMAGE) $(if $(BATCH),--batch-size $(BATCH)) $(FLEET_OPTS)
+rollout: $(STAMP) ## roll the fleet onto IMAGE=ref: canary, then batches [INVENTORY|FLEET] [BATCH=n] [LIMIT=pattern] [BREAK_LOCK=1] [TRUSTED_KEY=pub.pem] [ALLOW_UNSIGNED=1: test fleets only]
+	$(V)/vfleet fleet rollout $(FLEET_WHERE) --image $(IMAGE) $(if $(BATCH),--batch-size $(BATCH)) $(if $(TRUSTED_KEY),--trusted-key $(TRUSTED_KEY)) $(if $(ALLOW_UNSIGNED),--allow-unsigned) $(FLEET_OPTS)
 
 rollback: $(STAMP) ## roll the fleet back to each node's previous image [IMAGE=ref to name one] [LIMIT] [BREAK_LOCK=1]
 	$(V)/vfleet fleet rollback $(FLEET_WHERE) $(if $(IMAGE),--image $(IMAGE)) $(FLEET_OPTS)
@@ -58,14 +58,14 @@ rollback: $(STAMP) ## roll the fleet back to each node's previous image [IMAGE=r
 fleet-verify: $(STAMP) ## boot-verify every running node of the fleet
 	$(V)/vfleet fleet verify $(FLEET_WHERE) $(if $(LIMIT),--limit $(LIMIT))
 
-fleet-status: $(STAMP) ## what runs where: image digest, profile, health
-	$(V)/vfleet fleet status $(FLEET_WHERE)
+fleet-status: $(STAMP) ## what runs where: image digest, profile, health [HTML=fleet.html: the fleet page] [TRUSTED_KEY=pub.pem: its provenance column]
+	$(V)/vfleet fleet status $(FLEET_WHERE) $(if $(HTML),--html $(HTML)) $(if $(TRUSTED_KEY),--trusted-key $(TRUSTED_KEY))
 
 fleet-up: $(STAMP) ## start a test fleet of Docker-in-Docker nodes + registry: FLEET=name [NODES=3]
 	$(V)/vfleet fleet up --name $(or $(FLEET),dev) --nodes $(or $(NODES),3)
 
-fleet-stage: $(STAMP) ## push IMAGE=ref to a test fleet, boot-verify it here and promote it: FLEET=name
-	$(V)/vfleet fleet stage --name $(or $(FLEET),dev) $(IMAGE)
+fleet-stage: $(STAMP) ## push IMAGE=ref to a test fleet, boot-verify it here and promote it: FLEET=name [SIGN_KEY=priv.pem]
+	$(V)/vfleet fleet stage --name $(or $(FLEET),dev) $(if $(SIGN_KEY),--sign-key $(SIGN_KEY)) $(IMAGE)
 
 stage: $(STAMP) ## boot-verify IMAGE=ref on this machine's docker and promote it: PROFILE=model/platform [MODEL_DIR=dir]
 	$(V)/vfleet stage $(IMAGE) --profile $(PROFILE) $(if $(MODEL_DIR),--model-dir $(MODEL_DIR))

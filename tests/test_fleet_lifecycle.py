@@ -1,16 +1,22 @@
 """The fleet's day-2 lifecycle, as an operator runs it, under live traffic.
 
-Three builds of the REAL vfleet CPU image (A, and B and C: A plus a layer, with the same serve
-profiles, which the rollout checks against the controller's and the entrypoint against its own),
-three Docker-in-Docker nodes, a local registry and the HAProxy balancer that `lb.yml` sets up.
+Three builds of the REAL vfleet CPU image (A, built with its supply-chain record, and B and C: A
+plus a layer, with the same serve profiles, which the rollout checks against the controller's and the
+entrypoint against its own), three Docker-in-Docker nodes, a local registry and the HAProxy balancer
+that `lb.yml` sets up.
 Every step is the operator's CLI (`vfleet fleet rollout|rollback|verify|status`), with the real
 `vfleet verify` on every node (no stand-in) and the promotion check on throughout (each build is
 promoted first, from a boot-verify of it on the controller, the way a staging node would). A load
 generator sends steady streaming completions through the balancer for the whole sequence after the first deploy:
 
-  deploy A -> roll out B -> roll out C -> roll back (to B) -> verify -> re-run B (no-op)
+  the supply-chain gate refuses A unsigned, then A with its SBOM changed after signing (no node pulls)
+  -> deploy A, signed -> roll out B -> roll out C -> roll back (to B) -> verify -> re-run B (no-op)
   -> roll out C with the canary killed during its swap -> recovery (start it again, roll out B)
   -> a verify that must catch a fault printed during its own traffic.
+
+A is signed with a key made here and passes the rollout's gate (`--trusted-key`); B and C, `docker
+build` layers with no build record to sign, go out with `--allow-unsigned`, which the test fleet's
+inventory allows and the run announces.
 
 It asserts 0 failed, 0 truncated and 0 empty client responses over the whole sequence, every request
 counted, and every node healthy, in the pool and on the image its record names. Figures (requests
@@ -35,10 +41,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from supply_helpers import make_key
 
 from vfleet import tinymodel
-from vfleet.paths import profiles_digest
-from vfleet.server import image_labels
 from vfleet.testing import testfleet
 from vfleet.testing.docker import docker, docker_bin
 from vfleet.testing.images import build_node_image, cache_dir
@@ -86,6 +91,8 @@ class Lifecycle:
         self.verify_out = tmp / "verify"
         self.load: LoadGen | None = None
         self.procs: list[subprocess.Popen[str]] = []
+        self.store = tmp / "supply"
+        self.sign_key, self.trusted = make_key(tmp, "release")
         self.extra = {
             "vfleet_node_promotions_file": str(self.promotions),
             "vfleet_node_verify_out": str(self.verify_out),
@@ -102,6 +109,8 @@ class Lifecycle:
         self, step: str, action: str, *args: str, background: bool = False
     ) -> subprocess.CompletedProcess[str] | subprocess.Popen[str]:
         argv = [*VFLEET, "fleet", action, "--name", self.fleet.name, *args]
+        if action == "rollout":  # the supply-chain gate: this test's key and store
+            argv += ["--trusted-key", str(self.trusted), "--supply-store", str(self.store)]
         for k, v in self.extra.items():
             argv += ["-e", f"{k}={json.dumps(v)}"]
         if self.load is not None:
@@ -195,16 +204,15 @@ class Lifecycle:
 @pytest.fixture(scope="module")
 def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     from vfleet.dockerd import ensure_dockerd
-    from vfleet.images import build_image, image_ref
+    from vfleet.images import Attest, build_image
 
     ensure_dockerd()
     tmp = tmp_path_factory.mktemp("lifecycle")
     t0 = time.monotonic()
-    base = image_ref("cpu")
-    # Built here if missing, and rebuilt if it was built from other serve profiles (an older checkout):
-    # the entrypoint refuses a line rendered from this checkout on such an image.
-    if (image_labels(base) or {}).get("org.vfleet.profiles.digest") != profiles_digest():
-        build_image("cpu")
+    # `vfleet image build` with its supply-chain record (SBOM, Statement) in this test's store, unsigned:
+    # the build cache makes it a few seconds when the image is current, and the SBOM about 40 s. (No
+    # pip-audit: its database is out of reach here, and tests/test_supply_cpu.py covers it.)
+    base = build_image("cpu", attest=Attest(tmp / "supply", audit=False)).ref
     model = tinymodel.build()
     build_node_image()
     _build_variant(base, BUILDS["B"], "build B")
@@ -271,15 +279,74 @@ def _kill_during_swap(life: Lifecycle, node: str, before_id: str, timeout: float
     raise AssertionError(f"{node} never started its swap within {timeout:.0f} s")
 
 
+def _fleet_page(life: Lifecycle, step: str) -> tuple[str, list[dict[str, Any]]]:
+    """`vfleet fleet status --html` on the fleet, with this test's key and store: (page, status rows)."""
+    out = life.tmp / f"fleet-{step}.html"
+    proc = life.fleet_cmd(
+        f"status_{step}",
+        "status",
+        "--html",
+        str(out),
+        "--trusted-key",
+        str(life.trusted),
+        "--supply-store",
+        str(life.store),
+    )
+    _ok(proc, f"fleet status --html ({step})")
+    rows: list[dict[str, Any]] = json.loads(out.with_suffix(".status.json").read_text())
+    return out.read_text(), sorted(rows, key=lambda r: str(r["node"]))
+
+
+def _sign(life: Lifecycle, ref: str) -> None:
+    proc = subprocess.run(
+        [*VFLEET, "image", "sign", ref, "--key", str(life.sign_key), "--store", str(life.store)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _refused_before_any_pull(life: Lifecycle, proc: subprocess.CompletedProcess[str] | subprocess.Popen[str]) -> str:
+    assert isinstance(proc, subprocess.CompletedProcess)
+    text = " ".join(proc.stdout.split())
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert "The rollout stops before any node pulls the image" in text, proc.stdout[-3000:]
+    for n in life.names:
+        assert life.fleet.node_docker(n, "images", "--quiet").strip() == "", f"{n} pulled an image"
+    return text
+
+
 @pytest.mark.timeout(3600)
 def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     n1, n2, n3 = life.names
+    ref_a = life.refs["A"]
+    unsigned = ["--allow-unsigned"]  # B and C have no build record to sign; the test fleet allows it
 
-    # 1. Deploy A on empty nodes (nothing serves yet, so the load starts after it).
-    proc = life.fleet_cmd("deploy_A", "rollout", "--image", life.refs["A"])
+    # 0. The supply-chain gate, on the real image and the real run, before any node holds an image:
+    # A was staged unsigned, so the rollout stops before the pull; signed, but with its SBOM changed
+    # after signing, it stops again; with the SBOM restored it goes out (step 1).
+    text = _refused_before_any_pull(life, life.fleet_cmd("gate_unsigned", "rollout", "--image", ref_a))
+    assert f"NOT verified {ref_a}: signature: no signed provenance for" in text, text[-3000:]
+    _sign(life, ref_a)
+    [sbom] = life.store.glob("*/sbom.cdx.json")
+    original = sbom.read_bytes()
+    sbom.write_bytes(original.replace(b'"name"', b'"name" ', 1))
+    text = _refused_before_any_pull(life, life.fleet_cmd("gate_sbom_changed", "rollout", "--image", ref_a))
+    assert f"NOT verified {ref_a}: sbom:" in text and "changed after signing" in text, text[-3000:]
+    sbom.write_bytes(original)
+
+    # 1. Deploy A on empty nodes (nothing serves yet, so the load starts after it); the gate passes.
+    proc = life.fleet_cmd("deploy_A", "rollout", "--image", ref_a)
     _ok(proc, "deploy A")
+    assert f"verified {ref_a} (sha256:" in " ".join(proc.stdout.split()), proc.stdout[-3000:]
     life.assert_all_on("A", "deploy A")
     life.keep_node_figures("deploy_A")
+    # The fleet page of the real fleet: every cell green on A, provenance checked as the gate checks it.
+    page, rows = _fleet_page(life, "deploy_A")
+    assert [r["provenance"]["status"] for r in rows] == ["verified"] * 3, [r.get("provenance") for r in rows]
+    assert "Fleet OK: 3 nodes" in page, page[:4000]
     # One request at a time with pauses: vLLM's workers busy-poll for 1 s after each request, and a
     # node that never idles would starve its neighbours' boots on 2 cores.
     api_key = life.fleet.api_key_file.read_text().strip()
@@ -289,10 +356,12 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
         time.sleep(0.5)
     assert life.load.counts()["completed"] > 0, f"no request got through the balancer: {life.load.problems()}"
 
-    # 2-3. Roll out B, then C (the canary, then the other two together).
+    # 2-3. Roll out B, then C (the canary, then the other two together), unchecked by the gate, which
+    # says so.
     for build in ("B", "C"):
-        proc = life.fleet_cmd(f"rollout_{build}", "rollout", "--image", life.refs[build])
+        proc = life.fleet_cmd(f"rollout_{build}", "rollout", "--image", life.refs[build], *unsigned)
         _ok(proc, f"rollout {build}")
+        assert f"NOT CHECKED: {life.refs[build]}" in " ".join(proc.stdout.split()), proc.stdout[-3000:]
         life.assert_all_on(build, f"rollout {build}")
         life.keep_node_figures(f"rollout_{build}")
 
@@ -316,7 +385,7 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
 
     # 6. Re-run the rollout of B: a no-op that touches no container.
     before = life.snapshot()
-    proc = life.fleet_cmd("rerun_B_noop", "rollout", "--image", life.refs["B"])
+    proc = life.fleet_cmd("rerun_B_noop", "rollout", "--image", life.refs["B"], *unsigned)
     _ok(proc, "re-run of B")
     assert " ".join(proc.stdout.split()).count("is healthy; nothing to do") == 3, proc.stdout[-3000:]
     assert life.snapshot() == before
@@ -325,7 +394,7 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     # flight on it): the run fails non-zero before any other node is touched, and node 1's record
     # says what it ran and what it was moving to.
     before = life.snapshot()
-    bg = life.fleet_cmd("rollout_C_canary_killed", "rollout", "--image", life.refs["C"], background=True)
+    bg = life.fleet_cmd("rollout_C_canary_killed", "rollout", "--image", life.refs["C"], *unsigned, background=True)
     assert isinstance(bg, subprocess.Popen)
     t0 = time.monotonic()
     killed_at = _kill_during_swap(life, n1, before[n1])
@@ -346,7 +415,7 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     rec = life.record(n1)
     assert rec["state"] == "swapping", rec
     assert rec["image_id"] == life.image_id("B") and rec["target"]["image"] == life.refs["C"], rec
-    proc = life.fleet_cmd("recovery_rollout_B", "rollout", "--image", life.refs["B"])
+    proc = life.fleet_cmd("recovery_rollout_B", "rollout", "--image", life.refs["B"], *unsigned)
     _ok(proc, "recovery rollout of B")
     assert " ".join(proc.stdout.split()).count("is healthy; nothing to do") == 2, proc.stdout[-3000:]
     life.assert_all_on("B", "recovery")
@@ -371,6 +440,11 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     assert injected["at"] < verify_done, "the fault line was injected after boot-verify had finished"
     assert proc.returncode != 0, "boot-verify missed a fault printed during its own traffic"
     assert "an illegal memory access was encountered" in proc.stdout, proc.stdout[-3000:]
+
+    # The page again, on B: its provenance cannot be verified (no build record), so the page is not green.
+    page, rows = _fleet_page(life, "end")
+    assert [r["provenance"]["status"] for r in rows] == ["failed"] * 3, [r.get("provenance") for r in rows]
+    assert "Fleet FAIL: 3 nodes" in page and "provenance: FAILED on 3 of 3" in page, page[:4000]
 
     # Over the whole sequence: no request failed, was cut short or came back empty.
     total = traffic["total"]

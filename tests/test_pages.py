@@ -209,7 +209,7 @@ def test_fleet_page_rows_unknowns_and_worst_of_rollup(chromium: Browser, tmp_pat
     )
     assert n1["vllm"] == ("ok", "0.30.0") and "0002-kpool-tail-spec-no-slot-mapping.patch" in n1["patches"][1]
     assert n1["health"][0] == "ok" and n1["profile"][0] == "ok"
-    # provenance is never green while nothing checks it; neither is a digest nobody recorded
+    # provenance is never green in rows no check wrote it into; neither is a digest nobody recorded
     for n in ("n1", "n2", "n3", "n4", "n5"):
         assert cells(r, n)["provenance"][0] == "unknown" and "unknown" in cells(r, n)["provenance"][1]
     assert n1["image"][0] == "unknown" and "no registry digest" in n1["image"][1]

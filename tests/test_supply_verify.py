@@ -247,5 +247,49 @@ def test_pushed_image_is_signed_for_its_manifest_digest(
         # A digest the registry does not hold cannot be tied to anything.
         rc, out = verify(f"{registry}/vfleet-supply-test@sha256:{'1' * 64}", store, signed["pub"], capsys=capsys)
         assert rc == 1 and failed(out) == "digest"
+        _fleet_page_provenance(signed, store, by_digest, local.image_id, registry)
     finally:
         docker("image", "rm", pushed, check=False)
+
+
+def _fleet_page_provenance(signed: dict[str, Any], store: Path, by_digest: str, image_id: str, registry: str) -> None:
+    """The fleet page's provenance column (`vfleet fleet status --html`) runs the same verifier on what
+    each node runs: green only for a verified digest that is the container's image; what could not be
+    checked is unknown, with the reason."""
+    from vfleet.pages.fleet_html import node_cells
+    from vfleet.supply.check import fleet_provenance
+
+    base = {"container": "running", "image_id": image_id}
+    rows: list[dict[str, Any]] = [
+        {**base, "node": "by-digest", "image": by_digest},
+        {**base, "node": "by-tag", "image": "vfleet-supply-test:a", "repo_digests": [by_digest]},
+        {**base, "node": "other-image", "image": by_digest, "image_id": "sha256:" + "2" * 64},
+        {**base, "node": "not-in-registry", "image": f"{registry}/vfleet-supply-test@sha256:{'1' * 64}"},
+        {**base, "node": "local-only", "image": "vfleet-supply-test:a"},
+        {"node": "empty", "container": "absent", "image": "", "image_id": ""},
+    ]
+    fleet_provenance(rows, [prov.load_public_key(signed["pub"])], store, ROOT)
+    got = {r["node"]: (r.get("provenance") or {}).get("status") for r in rows}
+    assert got == {
+        "by-digest": "verified",
+        "by-tag": "verified",
+        "other-image": "failed",
+        "not-in-registry": "unknown",
+        "local-only": "unknown",
+        "empty": None,
+    }, rows
+    assert "the container runs sha256:" in rows[2]["provenance"]["detail"]
+    assert "could not check: NOT verified" in rows[3]["provenance"]["detail"]
+    cells = {r["node"]: node_cells(r)["provenance"].state for r in rows}
+    assert cells == {
+        "by-digest": "ok",
+        "by-tag": "ok",
+        "other-image": "bad",
+        "not-in-registry": "unknown",
+        "local-only": "unknown",
+        "empty": "unknown",
+    }
+    # No trusted key: nothing is green.
+    rows = [{**base, "node": "n", "image": by_digest}]
+    fleet_provenance(rows, [], store, ROOT)
+    assert rows[0]["provenance"]["status"] == "unknown" and "no trusted key" in rows[0]["provenance"]["detail"]

@@ -62,6 +62,26 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
                 action="store_true",
                 help="take the fleet lock over from another run (its holder is printed); only when that run is gone",
             )
+        if pb in ("rollout", "status"):
+            gate = q.add_argument_group("supply chain (docs/supply-chain.md)")
+            gate.add_argument(
+                "--trusted-key",
+                type=Path,
+                action="append",
+                default=[],
+                metavar="PUB",
+                help="public key whose signature the rollout's gate (status: the page's provenance column) trusts "
+                "(repeatable; default VFLEET_TRUSTED_KEYS)",
+            )
+            gate.add_argument(
+                "--supply-store", type=Path, help="supply store (default: VFLEET_SUPPLY_STORE or REPORTS/supply)"
+            )
+        if pb == "rollout":
+            gate.add_argument(
+                "--allow-unsigned",
+                action="store_true",
+                help="test fleets only: roll out without verifying the image's signature, SBOM and provenance",
+            )
         q.add_argument(
             "--targets",
             help="inventory group to act on (default: vfleet_targets of ansible/roles/vfleet/defaults/main.yml)",
@@ -133,6 +153,16 @@ def _playbook(args: argparse.Namespace) -> int:
         extra["vfleet_max_fail_percentage"] = args.max_fail_percentage
     if getattr(args, "max_failed_nodes", None) is not None:
         extra["vfleet_max_failed_nodes"] = args.max_failed_nodes
+    if getattr(args, "trusted_key", None):
+        missing = [str(p) for p in args.trusted_key if not p.is_file()]
+        if missing:
+            raise VfleetError(f"--trusted-key {', '.join(missing)}: no such file; name the public key (PEM) file")
+        if args.fleet_command == "rollout":
+            extra["vfleet_node_trusted_keys"] = [str(p.resolve()) for p in args.trusted_key]
+    if getattr(args, "supply_store", None) and args.fleet_command == "rollout":
+        extra["vfleet_node_supply_store"] = str(args.supply_store.resolve())
+    if getattr(args, "allow_unsigned", False):
+        extra["vfleet_node_allow_unsigned"] = True
     if getattr(args, "break_lock", False):
         extra["vfleet_lock_break"] = True
     if args.targets:
@@ -152,6 +182,8 @@ def _playbook(args: argparse.Namespace) -> int:
     if getattr(args, "html", None):  # the page must never show an earlier run's status
         Path(extra["vfleet_status_file"]).unlink(missing_ok=True)
     proc = run_playbook(args.fleet_command, inventory, extra, limit, args.vault_password_file, forks=forks)
+    if args.fleet_command == "status" and "vfleet_status_file" in extra:
+        _add_provenance(Path(extra["vfleet_status_file"]), args.trusted_key, args.supply_store)
     if getattr(args, "html", None):
         from vfleet.pages import fleet_html
 
@@ -165,6 +197,29 @@ def _playbook(args: argparse.Namespace) -> int:
         print("vfleet: where the nodes stand now:")
         run_playbook("status", inventory, common, limit, args.vault_password_file)
     return proc.returncode
+
+
+def _add_provenance(status_file: Path, key_paths: list[Path], store: Path | None) -> None:
+    """The provenance of what each node runs, checked as the rollout's gate checks it, written into the
+    status JSON (which the fleet page reads). A status file the playbook did not write is left alone:
+    the page says why it has no rows."""
+    from vfleet.commands.image import trusted_keys
+    from vfleet.paths import home
+    from vfleet.supply import default_store
+    from vfleet.supply.check import fleet_provenance
+    from vfleet.supply.provenance import load_public_key
+
+    try:
+        rows = json.loads(status_file.read_text())
+    except (OSError, ValueError):
+        return
+    if not isinstance(rows, list):
+        return
+    keys = [load_public_key(p) for p in trusted_keys(key_paths)]
+    fleet_provenance([r for r in rows if isinstance(r, dict)], keys, store or default_store(), home())
+    tmp = status_file.with_name(f".{status_file.name}.tmp")
+    tmp.write_text(json.dumps(rows, indent=1))
+    os.replace(tmp, status_file)
 
 
 def _stage(args: argparse.Namespace) -> int:

@@ -223,3 +223,38 @@ def wheel_problems(mats: dict[str, dict[str, Any]], home: Path, pinned: Any) -> 
             if got != w.sha256:
                 problems.append(f"wheel {w.filename} is sha256:{got}, versions.json pins sha256:{w.sha256}")
     return problems
+
+
+def fleet_provenance(rows: list[dict[str, Any]], keys: list[Key], store: Path, home: Path) -> None:
+    """Add ``provenance: {status, detail}`` to each status row (ansible/status.yml) that runs an image:
+    the same verification as the rollout's gate, once per distinct image, for the registry digest the
+    node runs, and only if the verified image is the one the node's container runs. A reference that
+    cannot be tied to a digest (no registry digest, a registry that does not answer) or a run with no
+    trusted key is "unknown", with the reason; it is never "verified"."""
+    seen: dict[str, Result] = {}
+    for row in rows:
+        if row.get("container") in (None, "", "absent", "unreachable") or not row.get("image_id"):
+            continue
+        image = str(row.get("image") or "")
+        refs = ([image] if "@sha256:" in image else []) + [str(d) for d in row.get("repo_digests") or []]
+        if not refs:
+            row["provenance"] = {"status": "unknown", "detail": f"{image or 'the image'} has no registry digest"}
+            continue
+        if not keys:
+            row["provenance"] = {
+                "status": "unknown",
+                "detail": "no trusted key given (vfleet fleet status --trusted-key PUB, or VFLEET_TRUSTED_KEYS)",
+            }
+            continue
+        if refs[0] not in seen:
+            seen[refs[0]] = verify(refs[0], keys, store, home)
+        res = seen[refs[0]]
+        if res.ok and res.image_id != row["image_id"]:
+            detail = f"{refs[0]} is image {res.image_id}; the container runs {row['image_id']}"
+            row["provenance"] = {"status": "failed", "detail": detail}
+        elif res.ok:
+            row["provenance"] = {"status": "verified", "detail": res.reason}
+        elif res.checks and res.checks[-1].name == "digest":
+            row["provenance"] = {"status": "unknown", "detail": f"could not check: {res.reason}"}
+        else:
+            row["provenance"] = {"status": "failed", "detail": res.reason}
