@@ -69,14 +69,16 @@ def test_an_image_the_gate_cannot_verify_stops_the_run_before_the_pull(tmp_path:
     assert "The rollout stops before any node pulls the image" in out
     assert "No node has been touched" in out
     assert not _pulled(out), out[-3000:]
-    assert not (tmp_path / "lock.json").exists() or "gate" not in (tmp_path / "lock.json").read_text()
+    assert not (tmp_path / "lock.json").exists(), "the failed run's fleet lock was not released"
 
 
 def test_no_trusted_key_is_a_failure_not_a_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no key anywhere nothing could pass, so the gate says that first (before it asks a registry)."""
     monkeypatch.delenv("VFLEET_TRUSTED_KEYS", raising=False)
     proc = _rollout(_inventory(tmp_path))
     assert proc.returncode != 0
-    assert "NOT verified" in proc.stdout and not _pulled(proc.stdout), proc.stdout[-3000:]
+    assert f"NOT verified {NOWHERE}: signature: no trusted key given" in proc.stdout, proc.stdout[-3000:]
+    assert not _pulled(proc.stdout)
 
 
 def test_allow_unsigned_is_refused_outside_a_test_fleet(tmp_path: Path) -> None:

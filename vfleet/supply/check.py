@@ -71,6 +71,9 @@ def verify(ref: str, keys: list[Key], store: Path, home: Path, *, allow_standin:
         res.checks.append(Check(name, False, msg))
         return res
 
+    if not keys:  # nothing could pass: say so before asking the registry anything
+        return fail("signature", "no trusted key given (--key PUB or VFLEET_TRUSTED_KEYS)")
+
     try:
         ident = resolve(ref)
     except SupplyError as exc:
@@ -86,8 +89,6 @@ def verify(ref: str, keys: list[Key], store: Path, home: Path, *, allow_standin:
     env_path = envelope_path(store, ident.image_id, ident.digest)
     if not env_path.is_file():
         return fail("signature", _unsigned_message(ident, rec))
-    if not keys:
-        return fail("signature", "no trusted key given (--key PUB or VFLEET_TRUSTED_KEYS)")
     try:
         stmt, keyid = prov.open_envelope(json.loads(env_path.read_text()), keys)
     except (SupplyError, ValueError) as exc:

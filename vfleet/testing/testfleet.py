@@ -86,7 +86,7 @@ STANDIN_VARS: dict[str, Any] = {"vfleet_node_verify_argv": VERIFY_STANDIN}
 STANDIN_FAST: dict[str, Any] = {
     "vfleet_node_check_promotion": False,  # the stand-in images have no boot-verify report to promote
     "vfleet_node_check_profiles": False,  # nor serve profiles (no org.vfleet.profiles.digest label)
-    "vfleet_node_allow_unsigned": True,  # nor a build record to sign (test_ansible_fleet's gate scenario signs one)
+    "vfleet_node_allow_unsigned": True,  # nor a build record to sign (the lifecycle test walks the gate)
     "vfleet_node_poll_interval": 1,
     "vfleet_node_health_timeout": 30,
     "vfleet_lb_settle_s": 1,
