@@ -37,6 +37,7 @@ def runs(client: Client, profile: Profile, n: int, label: str) -> list[dict[str,
             "server": label,
             "run": i,
             "max_logprob_gap": res.max_logprob_gap,
+            "gaps": [round(m["max_gap"], 6) for m in res.mismatches],
             "token_id_mismatches": sum(1 for m in res.mismatches if m["first_diff_position"] is not None),
             "hit_problems": res.hit_problems(),
             "cached_hits": [f"{h['cached_hit']}/{h['cached_expected']}" for h in res.hits],
@@ -75,7 +76,10 @@ def main() -> None:
             {
                 "runs": len(rows),
                 "servers": args.servers if not args.url else 1,
+                "questions": sum(len(r["cached_hits"]) for r in rows),
+                "questions_with_a_gap": sum(len(r["gaps"]) for r in rows),
                 "max_clean_logprob_gap": max(r["max_logprob_gap"] for r in rows),
+                "profile_tolerance": profile.verify.integrity.logprob_tolerance,
                 "token_id_mismatches": sum(r["token_id_mismatches"] for r in rows),
                 "runs_with_hit_problems": sum(1 for r in rows if r["hit_problems"]),
             }

