@@ -406,9 +406,8 @@ class CorruptingProxy(http.server.ThreadingHTTPServer):
     counter before and after (requests are serialised) and, on a request that hit the cache and asked
     for logprobs, lowers one alternative's logprob of the first generated token by SHIFT nats (twice the
     profile's clean tolerance): text and token ids stay as they were, as with a mild corruption of a
-    confident model. ``mode`` "salt": drops
-    `cache_salt` from every request, as a server that ignored it would (the references then hit the
-    cache)."""
+    confident model. ``mode`` "salt": drops `cache_salt` from every request, as a server that ignored
+    it would (the references then hit the cache)."""
 
     def __init__(self, upstream: str, mode: str) -> None:
         self.upstream = upstream
