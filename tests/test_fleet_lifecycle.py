@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -93,6 +94,7 @@ class Lifecycle:
         self.procs: list[subprocess.Popen[str]] = []
         self.store = tmp / "supply"
         self.sign_key, self.trusted = make_key(tmp, "release")
+        self.hf_token_file = tmp / "hf_token"
         self.extra = {
             "vfleet_node_promotions_file": str(self.promotions),
             "vfleet_node_verify_out": str(self.verify_out),
@@ -106,8 +108,10 @@ class Lifecycle:
         }
 
     def fleet_cmd(
-        self, step: str, action: str, *args: str, background: bool = False
+        self, step: str, action: str, *args: str, background: bool = False, verbose: bool = False
     ) -> subprocess.CompletedProcess[str] | subprocess.Popen[str]:
+        """`vfleet fleet ACTION` on the fleet; VERBOSE runs Ansible at -vvvv (ANSIBLE_VERBOSITY=4), where
+        every module argument and result is printed: the secrets test reads those logs."""
         argv = [*VFLEET, "fleet", action, "--name", self.fleet.name, *args]
         if action == "rollout":  # the supply-chain gate: this test's key and store
             argv += ["--trusted-key", str(self.trusted), "--supply-store", str(self.store)]
@@ -116,6 +120,8 @@ class Lifecycle:
         if self.load is not None:
             self.load.mark(step)
         env = {**os.environ, "VFLEET_PROMOTIONS": str(self.promotions)}
+        if verbose:
+            env["ANSIBLE_VERBOSITY"] = "4"
         # A session of its own, so that teardown can stop ansible-playbook and its workers too.
         proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
@@ -227,6 +233,14 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
         fleet = testfleet.up(name, nodes=3, model_dir=model, api_key=True)
         FIGURES["wall_s"]["fleet_up"] = round(time.monotonic() - t0, 1)
         life = Lifecycle(fleet, {}, tmp)
+        # A known HF token beside the fleet's API key, in a 0600 file that the inventory reads, as a vault
+        # would hold it: the secrets check looks for both in everything the controller printed and wrote.
+        fd = os.open(life.hf_token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"hf_{secrets.token_hex(16)}")
+        testfleet.write_inventory(
+            fleet, extra_vars={"vfleet_node_hf_token": "{{ lookup('file', '" + str(life.hf_token_file) + "') }}"}
+        )
         # `vfleet fleet stage`: push each build, boot-verify it on the controller's dockerd (as a
         # staging node would) and promote the digest the nodes pull.
         t0 = time.monotonic()
@@ -280,7 +294,7 @@ def _kill_during_swap(life: Lifecycle, node: str, before_id: str, timeout: float
 
 
 def _fleet_page(life: Lifecycle, step: str) -> tuple[str, list[dict[str, Any]]]:
-    """`vfleet fleet status --html` on the fleet, with this test's key and store: (page, status rows)."""
+    """`vfleet fleet status --html` on the fleet (at -vvvv), with this test's key and store: (page, status rows)."""
     out = life.tmp / f"fleet-{step}.html"
     proc = life.fleet_cmd(
         f"status_{step}",
@@ -291,6 +305,7 @@ def _fleet_page(life: Lifecycle, step: str) -> tuple[str, list[dict[str, Any]]]:
         str(life.trusted),
         "--supply-store",
         str(life.store),
+        verbose=True,
     )
     _ok(proc, f"fleet status --html ({step})")
     rows: list[dict[str, Any]] = json.loads(out.with_suffix(".status.json").read_text())
@@ -359,21 +374,21 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     # 2-3. Roll out B, then C (the canary, then the other two together), unchecked by the gate, which
     # says so.
     for build in ("B", "C"):
-        proc = life.fleet_cmd(f"rollout_{build}", "rollout", "--image", life.refs[build], *unsigned)
+        proc = life.fleet_cmd(f"rollout_{build}", "rollout", "--image", life.refs[build], *unsigned, verbose=True)
         _ok(proc, f"rollout {build}")
         assert f"NOT CHECKED: {life.refs[build]}" in " ".join(proc.stdout.split()), proc.stdout[-3000:]
         life.assert_all_on(build, f"rollout {build}")
         life.keep_node_figures(f"rollout_{build}")
 
     # 4. Roll back: every node to its previous image, B.
-    proc = life.fleet_cmd("rollback_to_B", "rollback")
+    proc = life.fleet_cmd("rollback_to_B", "rollback", verbose=True)
     _ok(proc, "rollback")
     life.assert_all_on("B", "rollback")
     life.keep_node_figures("rollback_to_B")
 
     # 5. Verify the running fleet: a new report per node in a directory of this run.
     runs_before = {p.name for p in life.verify_out.iterdir()}
-    proc = life.fleet_cmd("verify", "verify")
+    proc = life.fleet_cmd("verify", "verify", verbose=True)
     _ok(proc, "verify")
     new_runs = {p.name for p in life.verify_out.iterdir()} - runs_before
     assert len(new_runs) == 1, new_runs
@@ -446,6 +461,9 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     assert [r["provenance"]["status"] for r in rows] == ["failed"] * 3, [r.get("provenance") for r in rows]
     assert "Fleet FAIL: 3 nodes" in page and "provenance: FAILED on 3 of 3" in page, page[:4000]
 
+    # No secret at any verbosity: rollout, rollback, verify and status ran at -vvvv above.
+    _no_secret_anywhere(life)
+
     # Over the whole sequence: no request failed, was cut short or came back empty.
     total = traffic["total"]
     assert total["sent"] > 100, total
@@ -486,3 +504,32 @@ def _inject_fault_during_verify(life: Lifecycle, node: str, injected: dict[str, 
         "echo 'ERROR 12-01 10:00:00 [core.py:1] CUDA error: an illegal memory access was encountered' > /proc/1/fd/1",
     )
     injected["at"] = time.monotonic()
+
+
+def _no_secret_anywhere(life: Lifecycle) -> None:
+    """Neither the fleet's API key nor its HF token is in any byte the controller printed (every step's
+    output, the -vvvv ones included) or wrote: the run logs, the boot-verify reports, this test's files,
+    the fleet's state directory and Ansible's home. Only the two 0600 files that hold them (the vault's
+    stand-ins) may. Boot-verify got the key on a pipe, so no key file may be left behind either."""
+    wanted = {
+        "API key": life.fleet.api_key_file.read_bytes().strip(),
+        "HF token": life.hf_token_file.read_bytes().strip(),
+    }
+    assert all(len(v) > 16 for v in wanted.values())
+    allowed = {life.fleet.api_key_file.resolve(), life.hf_token_file.resolve()}
+    roots = [cache_dir() / "lifecycle-logs", life.tmp, life.fleet.dir, cache_dir().parent / "ansible-home"]
+    seen = 0
+    found: list[str] = []
+    for root in roots:
+        for path in [root] if root.is_file() else root.rglob("*"):
+            if not path.is_file() or path.is_symlink() or path.resolve() in allowed:
+                continue
+            data = path.read_bytes()
+            seen += 1
+            found += [f"{what} in {path}" for what, value in wanted.items() if value in data]
+            if path.name.endswith(".key.env"):
+                found.append(f"a boot-verify key file was left behind: {path}")
+    verbose_logs = [p for p in (cache_dir() / "lifecycle-logs").glob("*.log") if "<localhost> EXEC" in p.read_text()]
+    assert len(verbose_logs) >= 4, "the -vvvv steps did not run at -vvvv"
+    assert seen > 20, f"only {seen} files were read"
+    assert not found, "secrets leaked: " + "; ".join(found)

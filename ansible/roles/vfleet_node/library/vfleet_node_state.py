@@ -77,7 +77,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 container:
-  description: docker inspect of the serving container, {} when there is none.
+  description: >-
+    The serving container's docker inspect, reduced to Id, Name, Image, Created, RestartCount, State and
+    Config.Image/Labels (never its environment, which holds the node's secrets); {} when there is none.
   returned: read
   type: dict
 record:
@@ -123,11 +125,39 @@ def _read_record(path):
         return {"unreadable": str(exc)}
 
 
+#: What `read` returns of `docker container inspect`: the fields the role reads, and nothing else.
+#: The whole inspect holds Config.Env, which carries the node's secrets (VLLM_API_KEY, HF_TOKEN from the
+#: env file); a registered result is printed at -v, so the module never returns it.
+INSPECT_KEEP = {
+    "Id": None,
+    "Name": None,
+    "Image": None,
+    "Created": None,
+    "RestartCount": None,
+    "State": ("Status", "Running", "Paused", "Restarting", "OOMKilled", "Dead", "ExitCode", "Error", "StartedAt",
+              "FinishedAt"),
+    "Config": ("Image", "Labels"),
+}
+
+
+def summarize(inspect):
+    """The allowlisted part of one `docker container inspect` document (INSPECT_KEEP)."""
+    out = {}
+    for key, fields in INSPECT_KEEP.items():
+        if key not in inspect:
+            continue
+        value = inspect[key]
+        if fields is not None:
+            value = {f: value[f] for f in fields if isinstance(value, dict) and f in value}
+        out[key] = value
+    return out
+
+
 def read(module, p):
     proc = subprocess.run(
         ["docker", "container", "inspect", p["container"]], capture_output=True, text=True, timeout=60, check=False
     )
-    container = json.loads(proc.stdout)[0] if proc.returncode == 0 and proc.stdout.strip() else {}
+    container = summarize(json.loads(proc.stdout)[0]) if proc.returncode == 0 and proc.stdout.strip() else {}
     if proc.returncode != 0 and "No such" not in proc.stderr:
         module.fail_json(msg=f"docker container inspect {p['container']} failed: {proc.stderr.strip()[:300]}")
     healthy = False
