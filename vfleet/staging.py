@@ -69,16 +69,16 @@ def stage(
     every container started here is removed on the way out."""
     if not candidates:
         raise VfleetError("nothing to stage: name at least one image")
+    prof = Catalog().load(profile)
+    model_dir = Path(model_dir).resolve()
+    if not model_dir.is_dir():
+        raise VfleetError(f"model directory {model_dir} does not exist (--model-dir DIR)")
     if promote and sign_key is None:
         raise VfleetError(
             f"staging promotes only a signed boot-verify result: {attestation.NO_SIGN_KEY}, or verify only "
             "(--no-promote)"
         )
     trusted = [attestation.public_key_of(attestation.load_signer(sign_key))] if sign_key is not None else []
-    prof = Catalog().load(profile)
-    model_dir = Path(model_dir).resolve()
-    if not model_dir.is_dir():
-        raise VfleetError(f"model directory {model_dir} does not exist (--model-dir DIR)")
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     root = (out_root or reports_dir() / f"stage-{stamp}").resolve()
     servers: list[ContainerServer] = []
