@@ -413,6 +413,24 @@ def test_a_failed_result_signed_is_not_a_pass(tmp_path: Path) -> None:
     _refused(rdir, "the signed result is 'FAILED', not PASSED")
 
 
+def test_a_malformed_or_unreadable_summary_is_refused_not_a_crash(tmp_path: Path) -> None:
+    rdir = write_report(tmp_path / "m")
+    resign(rdir, lambda st: st.update(subject="x") or st["predicate"].update(verifier="x", policy=[], verifiedLevels=1))
+    _refused(
+        rdir,
+        "the signed summary is about no digest",
+        "verifier 'x' is not vfleet boot-verify",
+        "the signed verifiedLevels 1 lack VFLEET_BOOT_VERIFIED",
+        "signed for profile None, not tiny/cpu",
+        "verified under serve profiles sha256:None",
+    )
+    broken = write_report(tmp_path / "b")
+    (broken / attestation.ATTESTATION).write_text("{not json")
+    _refused(broken, "verification.dsse.json: ")
+    (broken / attestation.ATTESTATION).write_text("[]")
+    _refused(broken, "verification.dsse.json: not a DSSE envelope")
+
+
 def test_a_hand_written_registry_line_proves_nothing(tmp_path: Path) -> None:
     reg = tmp_path / "promotions.jsonl"
     line = {"digest": DIGEST, "profile": "tiny/cpu", "promoted_at": "2026-12-02T00:00:00+00:00",

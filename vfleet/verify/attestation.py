@@ -193,6 +193,8 @@ def check(
         stmt, _ = open_envelope(json.loads(path.read_text()), keys)
     except (OSError, ValueError, SupplyError) as exc:
         return [f"{path.name}: {exc}"]
+    if not isinstance(stmt, dict):
+        return [f"{path.name}: its payload is not an in-toto Statement"]
     return statement_problems(stmt, report, digest, profile, profiles_digest, max_age, now or dt.datetime.now(dt.UTC))
 
 
@@ -205,30 +207,33 @@ def statement_problems(
     max_age: dt.timedelta,
     now: dt.datetime,
 ) -> list[str]:
-    """The checks of a signed Statement's content (see `check`)."""
+    """The checks of a signed Statement's content (see `check`). A field of the wrong shape reads as
+    absent, which fails its check: a malformed summary is refused with a reason, never a crash."""
     if stmt.get("_type") != STATEMENT_TYPE or stmt.get("predicateType") != PREDICATE_TYPE:
         return [f"{ATTESTATION}: not a verification summary ({stmt.get('predicateType')!r})"]
-    pred = stmt.get("predicate")
-    if not isinstance(pred, dict):
-        return [f"{ATTESTATION}: no predicate"]
+    pred = _obj(stmt.get("predicate"))
     why: list[str] = []
-    subjects = {str((s.get("digest") or {}).get("sha256")) for s in stmt.get("subject") or [] if isinstance(s, dict)}
+    subject = stmt.get("subject")
+    subjects = {str(_obj(_obj(s).get("digest")).get("sha256")) for s in subject} if isinstance(subject, list) else set()
     if hex_of(digest) not in subjects:
         why.append(f"the signed summary is about {', '.join(sorted(subjects)) or 'no digest'}, not {digest}")
-    if pred.get("verifier", {}).get("id") != BOOT_VERIFY_ID:
+    if _obj(pred.get("verifier")).get("id") != BOOT_VERIFY_ID:
         why.append(f"verifier {pred.get('verifier')!r} is not vfleet boot-verify")
-    if pred.get("verificationResult") != "PASSED" or VERIFIED_LEVEL not in (pred.get("verifiedLevels") or []):
+    levels = pred.get("verifiedLevels")
+    if pred.get("verificationResult") != "PASSED":
         why.append(f"the signed result is {pred.get('verificationResult')!r}, not PASSED")
-    policy = pred.get("policy") or {}
+    elif not isinstance(levels, list) or VERIFIED_LEVEL not in levels:
+        why.append(f"the signed verifiedLevels {levels!r} lack {VERIFIED_LEVEL}")
+    policy = _obj(pred.get("policy"))
     if policy.get("name") != profile:
         why.append(f"signed for profile {policy.get('name')!r}, not {profile}")
-    signed_profiles = (policy.get("digest") or {}).get("sha256")
+    signed_profiles = _obj(policy.get("digest")).get("sha256")
     if signed_profiles != hex_of(profiles_digest):
         why.append(
             f"verified under serve profiles sha256:{signed_profiles}, but this checkout has {profiles_digest}: "
             "the profiles changed since; verify the image again"
         )
-    signed_report = ((pred.get("vfleetReport") or {}).get("digest") or {}).get("sha256")
+    signed_report = _obj(_obj(pred.get("vfleetReport")).get("digest")).get("sha256")
     try:
         actual = file_sha256(report)
     except OSError as exc:
@@ -240,6 +245,10 @@ def statement_problems(
         )
     why += _age_problems(pred.get("timeVerified"), max_age, now)
     return why
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _age_problems(stamp: Any, max_age: dt.timedelta, now: dt.datetime) -> list[str]:
