@@ -7,8 +7,8 @@ envelope signed the way image provenance is (vfleet.supply.provenance.sign):
 
   subject               the image's registry manifest digest (REPO, sha256), as a rollout pulls it
   verifier.id           BOOT_VERIFY_ID, with vfleet's version
-  timeVerified          when it was signed, right after the suite; promotion refuses a pass older than the profile's
-                        verify.report_max_age_days
+  timeVerified          when it was signed, right after the suite; promotion refuses a pass older
+                        than the profile's verify.report_max_age_days
   resourceUri           docker-image://REPO@sha256:D
   policy                the serve profile the checks applied (name) and the serve-profiles digest of
                         the checkout that ran them (vfleet.paths.profiles_digest, the image label
@@ -35,7 +35,7 @@ from vfleet import __version__
 from vfleet.errors import VfleetError
 from vfleet.supply.store import TRUSTED_KEYS_ENV, SupplyError, hex_of, trusted_key_paths
 from vfleet.verify.image import split_ref
-from vfleet.verify.model import Report
+from vfleet.verify.model import Report, verdict_problems
 
 if TYPE_CHECKING:
     from securesystemslib.signer import CryptoSigner, Key  # type: ignore[attr-defined]
@@ -138,8 +138,6 @@ def statement(rep: Report, report_sha256: str, profiles_digest: str, verified_at
 def _verdict(rep: Report) -> list[str]:
     """Why the report does not pass, from its checks and the not-applicable declarations it records
     (the profile's at the time; promotion checks them against the profile again)."""
-    from vfleet.verify.model import verdict_problems
-
     why = verdict_problems(rep.checks, rep.pytest_exitstatus, rep.not_applicable)
     return [*why, "partial run (-k)"] if rep.partial else why
 
