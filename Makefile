@@ -32,8 +32,8 @@ patches: $(STAMP) ## check the patch series: every patch parses, has its headers
 demo: $(STAMP) ## build the tiny model, start a local vLLM CPU server, boot-verify it, print the report path
 	$(V)/vfleet demo
 
-boot-verify: $(STAMP) ## verify a live server: URL=http://node:8000 PROFILE=model/platform [LOG=file|CONTAINER=name] [IMAGE=ref] [ENV_FILE=/etc/vfleet/secrets.env] (API key: VLLM_API_KEY or ENV_FILE)
-	$(V)/vfleet verify $(if $(URL),--url $(URL)) $(if $(PROFILE),--profile $(PROFILE)) $(if $(LOG),--log $(LOG)) $(if $(CONTAINER),--container $(CONTAINER)) $(if $(IMAGE),--image $(IMAGE)) $(if $(ENV_FILE),--env-file $(ENV_FILE)) $(if $(OUT),--out $(OUT))
+boot-verify: $(STAMP) ## verify a live server: URL=http://node:8000 PROFILE=model/platform [LOG=file|CONTAINER=name] [IMAGE=ref] [ENV_FILE=/etc/vfleet/secrets.env] [SIGN_KEY=priv.pem: sign the summary promotion needs; or VFLEET_SIGN_KEY] (API key: VLLM_API_KEY or ENV_FILE)
+	$(V)/vfleet verify $(if $(URL),--url $(URL)) $(if $(PROFILE),--profile $(PROFILE)) $(if $(LOG),--log $(LOG)) $(if $(CONTAINER),--container $(CONTAINER)) $(if $(IMAGE),--image $(IMAGE)) $(if $(ENV_FILE),--env-file $(ENV_FILE)) $(if $(OUT),--out $(OUT)) $(if $(SIGN_KEY),--sign-key $(SIGN_KEY))
 
 ab: $(STAMP) ## A/B two live servers: A=http://node1:8000 B=http://node2:8000 [PROFILE=model/platform] [LEVELS=1,8] [ROUNDS=20] [AA=1] [ENV_FILE] [OUT]
 	$(V)/vfleet ab --a $(A) $(if $(B),--b $(B)) $(if $(AA),--aa) $(if $(PROFILE),--profile $(PROFILE)) $(if $(LEVELS),--levels $(LEVELS)) $(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(ENV_FILE),--env-file $(ENV_FILE)) $(if $(OUT),--out $(OUT))
@@ -64,11 +64,11 @@ fleet-status: $(STAMP) ## what runs where: image digest, profile, health [HTML=f
 fleet-up: $(STAMP) ## start a test fleet of Docker-in-Docker nodes + registry: FLEET=name [NODES=3]
 	$(V)/vfleet fleet up --name $(or $(FLEET),dev) --nodes $(or $(NODES),3)
 
-fleet-stage: $(STAMP) ## push IMAGE=ref to a test fleet, boot-verify it here and promote it: FLEET=name [SIGN_KEY=priv.pem]
+fleet-stage: $(STAMP) ## push IMAGE=ref to a test fleet, boot-verify it here and promote it: FLEET=name SIGN_KEY=priv.pem (or VFLEET_SIGN_KEY: the verify summary only)
 	$(V)/vfleet fleet stage --name $(or $(FLEET),dev) $(if $(SIGN_KEY),--sign-key $(SIGN_KEY)) $(IMAGE)
 
-stage: $(STAMP) ## boot-verify IMAGE=ref on this machine's docker and promote it: PROFILE=model/platform [MODEL_DIR=dir]
-	$(V)/vfleet stage $(IMAGE) --profile $(PROFILE) $(if $(MODEL_DIR),--model-dir $(MODEL_DIR))
+stage: $(STAMP) ## boot-verify IMAGE=ref on this machine's docker and promote it: PROFILE=model/platform SIGN_KEY=priv.pem (or VFLEET_SIGN_KEY) [MODEL_DIR=dir]
+	$(V)/vfleet stage $(IMAGE) --profile $(PROFILE) $(if $(MODEL_DIR),--model-dir $(MODEL_DIR)) $(if $(SIGN_KEY),--sign-key $(SIGN_KEY))
 
 fleet-down: $(STAMP) ## remove a test fleet (by label): FLEET=name
 	$(V)/vfleet fleet down --name $(or $(FLEET),dev)

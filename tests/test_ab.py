@@ -224,7 +224,7 @@ def _ab_report(root: Path, name: str, baseline: str, candidate: str, effect: flo
 def test_promote_requires_an_ab_report_not_worse_than_the_promoted_image(
     config_tree: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from test_promotion import write_report
+    from test_promotion import trusted, write_report
 
     from vfleet.verify import promotion
 
@@ -235,20 +235,20 @@ def test_promote_requires_an_ab_report_not_worse_than_the_promoted_image(
     old, new = "sha256:" + "11" * 32, "sha256:" + "22" * 32
     write_report(root, digest=old)
     write_report(root, digest=new)
-    first = promotion.promote(f"localhost:5000/vfleet-cpu@{old}", PROFILE, None, registry)
+    first = promotion.promote(f"localhost:5000/vfleet-cpu@{old}", PROFILE, None, registry, keys=trusted())
     assert first["ab_baseline"] is None and first["ab_report"] is None  # nothing promoted before it
     with pytest.raises(VfleetError, match="no A/B reports found"):
-        promotion.promote(f"localhost:5000/vfleet-cpu@{new}", PROFILE, None, registry)
+        promotion.promote(f"localhost:5000/vfleet-cpu@{new}", PROFILE, None, registry, keys=trusted())
     worse = _ab_report(root, "ab-worse", old, new, effect=0.8)
     assert json.loads((worse / "ab.json").read_text())["verdicts"]["out_tok_per_s@C8"] == "worse"
     swapped = _ab_report(root, "ab-swapped", new, old, effect=1.0)  # the arms the wrong way round
     with pytest.raises(VfleetError) as exc:
-        promotion.promote(f"localhost:5000/vfleet-cpu@{new}", PROFILE, None, registry)
+        promotion.promote(f"localhost:5000/vfleet-cpu@{new}", PROFILE, None, registry, keys=trusted())
     assert "worse: out_tok_per_s@C8" in str(exc.value) and f"arm A runs {new}" in str(exc.value)
     assert str(worse) in str(exc.value) and str(swapped) in str(exc.value)
     fine = _ab_report(root, "ab-fine", old, new, effect=1.0)
     assert "worse" not in json.loads((fine / "ab.json").read_text())["verdicts"].values()
-    entry = promotion.promote(f"localhost:5000/vfleet-cpu@{new}", PROFILE, None, registry)
+    entry = promotion.promote(f"localhost:5000/vfleet-cpu@{new}", PROFILE, None, registry, keys=trusted())
     assert entry["ab_baseline"] == old and entry["ab_report"] == str(fine / "ab.json")
     assert json.loads(registry.read_text().splitlines()[-1])["ab_report"] == str(fine / "ab.json")
 
@@ -256,7 +256,7 @@ def test_promote_requires_an_ab_report_not_worse_than_the_promoted_image(
 def test_promote_without_the_profile_setting_needs_no_ab_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from test_promotion import write_report
+    from test_promotion import trusted, write_report
 
     from vfleet.verify import promotion
 
@@ -265,7 +265,7 @@ def test_promote_without_the_profile_setting_needs_no_ab_report(
     monkeypatch.setenv("VFLEET_REPORTS", str(root))
     for d in ("33", "44"):
         write_report(root, digest="sha256:" + d * 32)
-        entry = promotion.promote(f"localhost:5000/vfleet-cpu@sha256:{d * 32}", PROFILE, None, registry)
+        entry = promotion.promote(f"localhost:5000/vfleet-cpu@sha256:{d * 32}", PROFILE, None, registry, keys=trusted())
         assert "ab_report" not in entry
 
 

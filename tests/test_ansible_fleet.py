@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
+from supply_helpers import make_key
 
 from vfleet.fleet.ansible import env as ansible_env
 from vfleet.fleet.ansible import playbook_argv
@@ -639,21 +640,28 @@ def test_nodes_that_pulled_another_image_than_the_gate_verified_stop_before_a_sw
 
 
 def test_preflight_refuses_an_image_that_is_not_promoted(ctx: Ctx, tmp_path: Path) -> None:
-    """The real `vfleet promote --check` against an empty promotions file: nothing is swapped."""
+    """The real `vfleet promote --check`, with the rollout's --trusted-key threaded to it: against an empty
+    promotions file, then against a hand-written line naming a report that does not exist (the line alone
+    proves nothing). Nothing is swapped."""
     before = ctx.snapshot()
     digest_ref = ctx.record(ctx.names[1])["image"]
+    digest = digest_ref.rpartition("@")[2]
+    _, pub = make_key(tmp_path, "controller")
     registry = tmp_path / "promotions.jsonl"
     registry.write_text("")
-    proc = ctx.cli(
-        "unpromoted_refused",
-        "rollout",
-        "--image",
-        digest_ref,
-        vfleet_node_check_promotion=True,
-        vfleet_node_promotions_file=str(registry),
-    )
+    check = {"vfleet_node_check_promotion": True, "vfleet_node_promotions_file": str(registry)}
+    proc = ctx.cli("unpromoted_refused", "rollout", "--image", digest_ref, "--trusted-key", str(pub), **check)
     assert proc.returncode != 0
-    assert "not promoted" in flat(proc.stdout), proc.stdout[-3000:]
+    assert "was never promoted" in flat(proc.stdout), proc.stdout[-3000:]
+    assert ctx.snapshot() == before
+    forged = {"digest": digest, "profile": "tiny/cpu", "promoted_at": "2026-12-02T00:00:00+00:00",
+              "report": str(tmp_path / "nowhere" / "report.json")}  # fmt: skip
+    registry.write_text(json.dumps(forged) + "\n")
+    proc = ctx.cli("hand_written_line_refused", "rollout", "--image", digest_ref, "--trusted-key", str(pub), **check)
+    assert proc.returncode != 0
+    text = flat(proc.stdout)
+    # "not a readable report" comes only after the key was accepted: no key would have stopped it first.
+    assert "not promoted" in text and "not a readable report" in text, proc.stdout[-3000:]
     assert ctx.snapshot() == before
 
 

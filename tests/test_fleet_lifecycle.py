@@ -16,7 +16,9 @@ generator sends steady streaming completions through the balancer for the whole 
 
 A is signed with a key made here and passes the rollout's gate (`--trusted-key`); B and C, `docker
 build` layers with no build record to sign, go out with `--allow-unsigned`, which the test fleet's
-inventory allows and the run announces.
+inventory allows and the run announces. Every staging boot-verify summary is signed with the same key,
+and every rollout's preflight `promote --check` verifies it with `--trusted-key` (also for B and C:
+--allow-unsigned skips the image's supply-chain gate, never the promotion check).
 
 It asserts 0 failed, 0 truncated and 0 empty client responses over the whole sequence, every request
 counted, and every node healthy, in the pool and on the image its record names. Figures (requests
@@ -242,7 +244,10 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
             fleet, extra_vars={"vfleet_node_hf_token": "{{ lookup('file', '" + str(life.hf_token_file) + "') }}"}
         )
         # `vfleet fleet stage`: push each build, boot-verify it on the controller's dockerd (as a
-        # staging node would) and promote the digest the nodes pull.
+        # staging node would) and promote the digest the nodes pull. Each boot-verify summary is signed
+        # with this test's key through VFLEET_SIGN_KEY, not --sign-key, which would also sign A's image
+        # provenance (the gate must first refuse A unsigned) and fail on B and C (no build record); the
+        # rollouts' preflight `promote --check` trusts it through --trusted-key.
         t0 = time.monotonic()
         proc = subprocess.run(
             [*VFLEET, "fleet", "stage", "--name", name, *local.values()],
@@ -250,12 +255,19 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
             text=True,
             timeout=1800,
             check=False,
-            env={**os.environ, "VFLEET_PROMOTIONS": str(life.promotions), "VFLEET_REPORTS": str(tmp / "staging")},
+            env={
+                **os.environ,
+                "VFLEET_PROMOTIONS": str(life.promotions),
+                "VFLEET_REPORTS": str(tmp / "staging"),
+                "VFLEET_SIGN_KEY": str(life.sign_key),
+            },
         )
         assert proc.returncode == 0, f"vfleet fleet stage failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
         life.refs.update({b: fleet.digest_ref(ref) for b, ref in local.items()})
         for ref in life.refs.values():
             assert f"promoted: {ref}" in proc.stdout, proc.stdout[-3000:]
+        summaries = list((tmp / "staging").glob("**/verification.dsse.json"))
+        assert len(summaries) == len(local), f"expected a signed summary per staged build: {summaries}"
         FIGURES["wall_s"]["push_stage_and_promote_3_builds"] = round(time.monotonic() - t0, 1)
         yield life
     finally:

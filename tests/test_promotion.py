@@ -1,5 +1,6 @@
-"""Promotion rules on real report files (report.build + report.write, as `vfleet verify` writes them)
-and the one absolute reports root: no server, no docker.
+"""Promotion rules on real report files (report.build + report.write, as `vfleet verify` writes them,
+and the verification summary signed with a real ed25519 key, as `vfleet verify --sign-key` signs it) and
+the one absolute reports root: no server, no docker.
 
 The registry digest of a tag (docker RepoDigests) is tested against a real local registry in
 tests/test_verify_image_digest.py.
@@ -7,23 +8,47 @@ tests/test_verify_image_digest.py.
 
 from __future__ import annotations
 
+import atexit
+import datetime as dt
+import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import REPO
+from supply_helpers import make_key
 
 from vfleet.errors import VfleetError
-from vfleet.verify import promotion, report
+from vfleet.verify import attestation, promotion, report
 from vfleet.verify.model import CheckResult, Report
 
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"localhost:5000/vfleet-cpu@{DIGEST}"
-ENV_DROP = ("VFLEET_REPORTS", "VFLEET_PROMOTIONS", "VFLEET_HOME")
+ENV_DROP = ("VFLEET_REPORTS", "VFLEET_PROMOTIONS", "VFLEET_HOME", "VFLEET_SIGN_KEY", "VFLEET_TRUSTED_KEYS")
+
+
+def key_files(name: str = "controller") -> tuple[Path, Path]:
+    """(private, public) PEM files of an ed25519 key made once per test process: the controller's key
+    (the one the tests trust) or another one (``name``)."""
+    return _key_files(name)
+
+
+@functools.cache
+def _key_files(name: str) -> tuple[Path, Path]:
+    where = Path(tempfile.mkdtemp(prefix=f"vfleet-test-key-{name}-"))
+    atexit.register(shutil.rmtree, where, True)
+    return make_key(where, name)
+
+
+def trusted(name: str = "controller") -> list[Any]:
+    """The public key of ``name``, as `vfleet promote --trusted-key` loads it."""
+    return attestation.load_trusted([key_files(name)[1]])
 
 
 def load_row(c: int) -> dict[str, Any]:
@@ -43,10 +68,13 @@ def write_report(
     not_applicable: dict[str, str] | None = None,
     suite_passed: bool = True,
     figures: dict[str, Any] | None = None,
+    sign_with: str | None = "controller",
+    signed_at: dt.datetime | None = None,
     **extra: Any,
 ) -> Path:
     """A report as `vfleet verify` writes it (report.build + report.write): one check, passed (or failed
-    when not ``suite_passed``), plus ``skipped`` checks; ``extra`` overrides report keys afterwards."""
+    when not ``suite_passed``), plus ``skipped`` checks; ``extra`` overrides report keys afterwards. Its
+    verification summary is signed with key ``sign_with`` (None: not signed) at ``signed_at`` (now)."""
     checks = [
         CheckResult(
             id="t::test_health",
@@ -73,7 +101,25 @@ def write_report(
     rep = report.build(checks, 0 if suite_passed else 1, figs, meta, not_applicable=not_applicable)
     rep = Report.model_validate({**rep.dump(), **extra})
     out = root / f"verify-{len(list(root.iterdir())) if root.exists() else 0}"
-    return report.write(rep, out).parent
+    report.write(rep, out)
+    if sign_with is not None:
+        attestation.write(out, rep, attestation.load_signer(key_files(sign_with)[0]), now=signed_at)
+    return out
+
+
+def resign(rdir: Path, edit: Any, sign_with: str = "controller") -> None:
+    """Sign again, with a real key, the Statement of RDIR's report after ``edit`` changed it: what a
+    signer that got one fact wrong would make, so that each check of the Statement is seen catching it."""
+    from vfleet.paths import profiles_digest
+    from vfleet.supply.provenance import sign
+
+    path = rdir / "report.json"
+    stmt = attestation.statement(
+        Report.load(path), attestation.file_sha256(path), profiles_digest(), dt.datetime.now(dt.UTC)
+    )
+    edit(stmt)
+    signer = attestation.load_signer(key_files(sign_with)[0])
+    (rdir / attestation.ATTESTATION).write_text(json.dumps(sign(stmt, signer)))
 
 
 def test_an_unexcused_skip_fails_the_report_and_is_listed(tmp_path: Path) -> None:
@@ -90,8 +136,10 @@ def test_an_unexcused_skip_fails_the_report_and_is_listed(tmp_path: Path) -> Non
 def test_promotion_refuses_a_report_with_unexcused_skips(tmp_path: Path) -> None:
     reg = tmp_path / "promotions.jsonl"
     rdir = write_report(tmp_path / "r", skipped=("test_gpu_health", "test_log[faults]"), passed=True)
-    with pytest.raises(VfleetError, match=r"not verified \(skipped, not declared not applicable\): test_gpu_health"):
-        promotion.promote(IMAGE, "tiny/cpu", rdir, reg)
+    # tiny/cpu declares test_gpu_health not applicable (the verdict is recomputed under the profile), not
+    # test_log[faults].
+    with pytest.raises(VfleetError, match=r"not verified \(skipped, not declared not applicable\): test_log\[faults\]"):
+        promotion.promote(IMAGE, "tiny/cpu", rdir, reg, keys=trusted())
     assert not reg.exists()
 
 
@@ -99,18 +147,21 @@ def test_production_promotion_needs_the_digest_read_from_the_container(tmp_path:
     reg = tmp_path / "promotions.jsonl"
     from_ref = write_report(tmp_path / "r", profile="glm-5.3-flash/h200", source="reference")
     with pytest.raises(VfleetError, match=r"digest taken from reference, not read from the verified container"):
-        promotion.promote(IMAGE, "glm-5.3-flash/h200", from_ref, reg)
+        promotion.promote(IMAGE, "glm-5.3-flash/h200", from_ref, reg, keys=trusted())
     from_container = write_report(tmp_path / "r", profile="glm-5.3-flash/h200", source="container")
-    entry = promotion.promote(IMAGE, "glm-5.3-flash/h200", from_container, reg)
+    entry = promotion.promote(IMAGE, "glm-5.3-flash/h200", from_container, reg, keys=trusted())
     assert entry["digest"] == DIGEST and entry["digest_source"] == "container"
     # tiny/cpu is not a production profile: a digest from the operator's reference is enough.
-    assert promotion.promote(IMAGE, "tiny/cpu", write_report(tmp_path / "t"), reg)["digest_source"] == "reference"
+    assert (
+        promotion.promote(IMAGE, "tiny/cpu", write_report(tmp_path / "t"), reg, keys=trusted())["digest_source"]
+        == "reference"
+    )
 
 
 def test_reports_of_the_old_schema_are_refused(tmp_path: Path) -> None:
     old = write_report(tmp_path, schema=1)
     with pytest.raises(VfleetError, match="report schema 1 predates fail-closed gating"):
-        promotion.promote(IMAGE, "tiny/cpu", old, tmp_path / "promotions.jsonl")
+        promotion.promote(IMAGE, "tiny/cpu", old, tmp_path / "promotions.jsonl", keys=trusted())
 
 
 def test_a_report_that_does_not_fit_the_schema_is_never_promoted(
@@ -128,18 +179,18 @@ def test_a_report_that_does_not_fit_the_schema_is_never_promoted(
         assert data["passed"] is True
         (rdir / "report.json").write_text(json.dumps({**data, key: value}, indent=1))
         with pytest.raises(VfleetError, match="no passing boot-verify report") as err:
-            promotion.promote(IMAGE, "tiny/cpu", rdir, reg)
+            promotion.promote(IMAGE, "tiny/cpu", rdir, reg, keys=trusted())
         assert f"{rdir / 'report.json'}: not a boot-verify report of schema 2: {words}" in str(err.value)
         assert not reg.exists()
     # The search of the reports root skips them too, and says why.
     monkeypatch.setenv("VFLEET_REPORTS", str(tmp_path))
     with pytest.raises(VfleetError, match=r"gate: unknown key"):
-        promotion.find_report(DIGEST, "tiny/cpu", None)
+        promotion.find_report(promotion.gate(DIGEST, "tiny/cpu", trusted()), None)
 
 
 def test_a_bare_image_id_is_not_a_registry_digest(tmp_path: Path) -> None:
     with pytest.raises(VfleetError, match=r"a bare sha256 is ambiguous .* promote REPO@sha256:DIGEST"):
-        promotion.promote(DIGEST, "tiny/cpu", write_report(tmp_path), tmp_path / "promotions.jsonl")
+        promotion.promote(DIGEST, "tiny/cpu", write_report(tmp_path), tmp_path / "promotions.jsonl", keys=trusted())
 
 
 def _vfleet(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -163,15 +214,23 @@ def test_promote_in_one_cwd_and_check_in_another_use_the_same_files(tmp_path: Pa
         "verify", "--url", "http://127.0.0.1:9", "--profile", "tiny/cpu", "-k", "test_health", cwd=b, env=env
     )
     assert dead.returncode == 1, dead.stdout[-1500:] + dead.stderr
+    assert "NOT SIGNED, so this result cannot promote the image: no signing key" in dead.stdout, dead.stdout
     written = list(root.glob("verify-tiny-cpu-*/report.json"))
     assert len(written) == 1, f"expected vfleet verify to write under {root}: {list(root.rglob('*'))}"
     write_report(root)
-    ok = _vfleet("promote", IMAGE, "--profile", "tiny/cpu", cwd=a, env=env)
+    # No trusted key: refused, with the fix named (fail closed).
+    keyless = _vfleet("promote", IMAGE, "--profile", "tiny/cpu", cwd=a, env=env)
+    assert keyless.returncode == 2 and "no trusted key" in keyless.stderr and "--trusted-key PUB" in keyless.stderr
+    assert not (root / "promotions.jsonl").exists()
+    pub = str(key_files()[1])
+    ok = _vfleet("promote", IMAGE, "--profile", "tiny/cpu", cwd=a, env=env | {"VFLEET_TRUSTED_KEYS": pub})
     assert ok.returncode == 0, ok.stderr
     assert (root / "promotions.jsonl").is_file() and not (a / "reports").exists()
-    check = _vfleet("promote", "--check", IMAGE, "--profile", "tiny/cpu", cwd=b, env=env)
+    check = _vfleet("promote", "--check", IMAGE, "--profile", "tiny/cpu", "--trusted-key", pub, cwd=b, env=env)
     assert check.returncode == 0, check.stdout + check.stderr
     assert f"promoted: {DIGEST} for tiny/cpu" in check.stdout
+    keyless = _vfleet("promote", "--check", IMAGE, "--profile", "tiny/cpu", cwd=b, env=env)
+    assert keyless.returncode == 1 and "not promoted: no trusted key" in keyless.stdout, keyless.stdout
 
 
 def test_the_default_reports_root_is_the_checkout_whatever_the_cwd(tmp_path: Path) -> None:
@@ -180,3 +239,244 @@ def test_the_default_reports_root_is_the_checkout_whatever_the_cwd(tmp_path: Pat
     for cwd in (tmp_path, REPO / "ansible"):
         out = _vfleet("promote", "--help", cwd=cwd, env=env).stdout
         assert want in " ".join(out.split()), f"from {cwd}: {out}"
+
+
+# -- tamper evidence: each of these promoted (or passed --check) before the summary was signed ------------
+
+
+def _refused(rdir: Path, *words: str, keys: list[Any] | None = None, image: str = IMAGE) -> str:
+    """Promote IMAGE on RDIR's report: it must be refused, naming each of ``words``; nothing recorded."""
+    reg = rdir.parent / "promotions.jsonl"
+    with pytest.raises(VfleetError) as err:
+        promotion.promote(image, "tiny/cpu", rdir, reg, keys=trusted() if keys is None else keys)
+    for w in words:
+        assert w in str(err.value), str(err.value)
+    assert not reg.exists()
+    return str(err.value)
+
+
+def _edit(rdir: Path, fn: Any) -> None:
+    path = rdir / "report.json"
+    data = json.loads(path.read_text())
+    fn(data)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def test_the_healthy_path_promotes_and_checks(tmp_path: Path) -> None:
+    rdir = write_report(tmp_path / "r")
+    reg = tmp_path / "promotions.jsonl"
+    entry = promotion.promote(IMAGE, "tiny/cpu", rdir, reg, keys=trusted())
+    assert entry["attestation"] == str((rdir / attestation.ATTESTATION).resolve())
+    assert promotion.promoted_entry(IMAGE, "tiny/cpu", reg, keys=trusted())["report"] == entry["report"]
+
+
+def test_the_signed_summary_is_an_in_toto_slsa_verification_summary(tmp_path: Path) -> None:
+    from vfleet.paths import profiles_digest
+    from vfleet.supply.provenance import PAYLOAD_TYPE, open_envelope
+
+    rdir = write_report(tmp_path)
+    env = json.loads((rdir / attestation.ATTESTATION).read_text())
+    assert env["payloadType"] == PAYLOAD_TYPE
+    stmt, _ = open_envelope(env, trusted())
+    assert stmt["_type"] == "https://in-toto.io/Statement/v1"
+    assert stmt["subject"] == [{"name": "localhost:5000/vfleet-cpu", "digest": {"sha256": "ab" * 32}}]
+    assert stmt["predicateType"] == "https://slsa.dev/verification_summary/v1"
+    pred = stmt["predicate"]
+    assert pred["verificationResult"] == "PASSED" and pred["verifiedLevels"] == ["VFLEET_BOOT_VERIFIED"]
+    assert pred["resourceUri"] == f"docker-image://localhost:5000/vfleet-cpu@{DIGEST}"
+    assert pred["policy"]["name"] == "tiny/cpu"
+    assert pred["policy"]["digest"] == {"sha256": profiles_digest().removeprefix("sha256:")}
+    assert pred["vfleetReport"]["digest"] == {"sha256": attestation.file_sha256(rdir / "report.json")}
+    failed = write_report(tmp_path, suite_passed=False)
+    pred, _ = open_envelope(json.loads((failed / attestation.ATTESTATION).read_text()), trusted())
+    assert pred["predicate"]["verificationResult"] == "FAILED" and pred["predicate"]["verifiedLevels"] == ["FAILED"]
+
+
+def test_a_forged_report_is_refused(tmp_path: Path) -> None:
+    """A failing report of another image, copied and edited to name this digest and say passed: the stored
+    flag is not read (the checks failed), and the summary beside it is of another image and report."""
+    other = write_report(tmp_path / "other", digest="sha256:" + "ef" * 32, suite_passed=False)
+    forged = tmp_path / "forged"
+    shutil.copytree(other, forged)
+
+    def forge(d: dict[str, Any]) -> None:
+        d["passed"] = True
+        d["image"]["digest"] = DIGEST
+
+    _edit(forged, forge)
+    _refused(
+        forged,
+        "did not pass (recomputed from its checks): failed: t::test_health",
+        "stored passed=true does not match its checks",
+        f"the signed summary is about {'ef' * 32}, not {DIGEST}",
+        "changed after signing",
+    )
+    # Written from scratch, all checks passing, and never signed: nothing vouches for it.
+    unsigned = write_report(tmp_path / "unsigned", sign_with=None)
+    _refused(unsigned, "no signed verification summary (verification.dsse.json)", "--sign-key PRIV")
+
+
+def test_a_report_edited_after_signing_is_refused(tmp_path: Path) -> None:
+    # A failed run, made consistent by hand (the check flipped to passed, passed flipped to true): only the
+    # signature sees it.
+    failed = write_report(tmp_path / "a", suite_passed=False)
+
+    def flip(d: dict[str, Any]) -> None:
+        d["passed"] = True
+        d["pytest_exitstatus"] = 0
+        d["counts"] = {"passed": 1, "failed": 0, "skipped": 0}
+        d["checks"][0]["outcome"] = "passed"
+
+    _edit(failed, flip)
+    why = _refused(failed, "is not the report that was signed", "the signed result is 'FAILED', not PASSED")
+    assert "recomputed" not in why  # the content is consistent now: the signature alone catches it
+    # Passed flipped only: the recomputation catches it too.
+    flipped = write_report(tmp_path / "b", suite_passed=False)
+    _edit(flipped, lambda d: d.update(passed=True))
+    _refused(flipped, "failed: t::test_health", "is not the report that was signed")
+    # A check's detail edited on a passing report (the verdict unchanged): the sha256 differs.
+    detail = write_report(tmp_path / "c")
+    _edit(detail, lambda d: d["checks"][0].update(message="edited"))
+    _refused(detail, "is not the report that was signed")
+
+
+def test_a_missing_report_is_refused_and_removes_the_promotion(tmp_path: Path) -> None:
+    reg = tmp_path / "promotions.jsonl"
+    rdir = write_report(tmp_path / "r")
+    promotion.promote(IMAGE, "tiny/cpu", rdir, reg, keys=trusted())
+    (rdir / "report.json").unlink()
+    with pytest.raises(VfleetError, match=r"not a readable report"):
+        promotion.promoted_entry(IMAGE, "tiny/cpu", reg, keys=trusted())
+    with pytest.raises(VfleetError, match=r"no passing boot-verify report .*not a readable report"):
+        promotion.promote(IMAGE, "tiny/cpu", rdir, reg, keys=trusted())
+
+
+def test_a_summary_of_another_digest_is_refused(tmp_path: Path) -> None:
+    """The report names this digest, but the signed summary beside it is about another image."""
+    rdir = write_report(tmp_path / "r")
+    other = "cd" * 32
+    resign(rdir, lambda st: st["subject"][0]["digest"].update(sha256=other))
+    _refused(rdir, f"the signed summary is about {other}, not {DIGEST}")
+    # A report of another digest, promoted as this one: refused by the report and the summary.
+    _refused(write_report(tmp_path / "o", digest="sha256:" + other), f"digest sha256:{other}")
+
+
+def test_a_summary_of_other_serve_profiles_is_refused(tmp_path: Path, config_tree: Any) -> None:
+    rdir = write_report(tmp_path / "r")
+    promotion.promote(IMAGE, "tiny/cpu", rdir, tmp_path / "ok.jsonl", keys=trusted())
+    config_tree.edit("models/tiny/model.yaml", lambda d: d.update(description="another serve profile tree"))
+    why = _refused(rdir, "the profiles changed since; verify the image again")
+    from vfleet.paths import profiles_digest
+
+    assert f"but this checkout has {profiles_digest()}" in why
+    with pytest.raises(VfleetError, match="the profiles changed since"):
+        promotion.promoted_entry(IMAGE, "tiny/cpu", tmp_path / "ok.jsonl", keys=trusted())
+
+
+def test_a_summary_for_another_profile_is_refused(tmp_path: Path) -> None:
+    rdir = write_report(tmp_path / "r")
+    resign(rdir, lambda st: st["predicate"]["policy"].update(name="glm-5.3-flash/h200"))
+    _refused(rdir, "signed for profile 'glm-5.3-flash/h200', not tiny/cpu")
+
+
+def test_a_stale_report_is_refused_at_the_profiles_max_age(tmp_path: Path, config_tree: Any) -> None:
+    old = dt.datetime.now(dt.UTC) - dt.timedelta(days=31)
+    rdir = write_report(tmp_path / "r", signed_at=old)
+    _refused(rdir, "stale: verified", "31 days ago", "verify.report_max_age_days (30)")
+    fresh = write_report(tmp_path / "f", signed_at=dt.datetime.now(dt.UTC) - dt.timedelta(days=29))
+    promotion.promote(IMAGE, "tiny/cpu", fresh, tmp_path / "ok.jsonl", keys=trusted())
+    # --check goes stale too: the entry's report is judged at the time of the check.
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=2)
+    with pytest.raises(VfleetError, match="stale"):
+        promotion.promoted_entry(IMAGE, "tiny/cpu", tmp_path / "ok.jsonl", keys=trusted(), now=later)
+    # The profile sets the bound (its tree changes, so the report is signed again under it).
+    config_tree.edit("models/tiny/model.yaml", lambda d: d["verify"].update(report_max_age_days=60))
+    promotion.promote(IMAGE, "tiny/cpu", write_report(tmp_path / "s", signed_at=old), tmp_path / "ok.jsonl",
+                      keys=trusted())  # fmt: skip
+    # A time ahead of this clock is refused too.
+    ahead = write_report(tmp_path / "a", signed_at=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))
+    _refused(ahead, "is in the future")
+
+
+def test_a_summary_signed_by_an_untrusted_key_is_refused(tmp_path: Path) -> None:
+    rdir = write_report(tmp_path / "r", sign_with="intruder")
+    _refused(rdir, "verification.dsse.json: not signed by a trusted key")
+    # Trusting that key as well accepts it: the refusal was the key, nothing else.
+    promotion.promote(IMAGE, "tiny/cpu", rdir, tmp_path / "ok.jsonl", keys=trusted() + trusted("intruder"))
+    # No trusted key at all: nothing could be checked, nothing is promoted; the fix is named.
+    _refused(write_report(tmp_path / "n"), "no trusted key", "--trusted-key PUB", "VFLEET_TRUSTED_KEYS", keys=[])
+
+
+def test_a_failed_result_signed_is_not_a_pass(tmp_path: Path) -> None:
+    rdir = write_report(tmp_path / "r")
+    resign(rdir, lambda st: st["predicate"].update(verificationResult="FAILED", verifiedLevels=["FAILED"]))
+    _refused(rdir, "the signed result is 'FAILED', not PASSED")
+
+
+def test_a_malformed_or_unreadable_summary_is_refused_not_a_crash(tmp_path: Path) -> None:
+    rdir = write_report(tmp_path / "m")
+    resign(rdir, lambda st: st.update(subject="x") or st["predicate"].update(verifier="x", policy=[], verifiedLevels=1))
+    _refused(
+        rdir,
+        "the signed summary is about no digest",
+        "verifier 'x' is not vfleet boot-verify",
+        "the signed verifiedLevels 1 lack VFLEET_BOOT_VERIFIED",
+        "signed for profile None, not tiny/cpu",
+        "verified under serve profiles sha256:None",
+    )
+    broken = write_report(tmp_path / "b")
+    (broken / attestation.ATTESTATION).write_text("{not json")
+    _refused(broken, "verification.dsse.json: ")
+    (broken / attestation.ATTESTATION).write_text("[]")
+    _refused(broken, "verification.dsse.json: not a DSSE envelope")
+
+
+def test_a_hand_written_registry_line_proves_nothing(tmp_path: Path) -> None:
+    reg = tmp_path / "promotions.jsonl"
+    line = {"digest": DIGEST, "profile": "tiny/cpu", "promoted_at": "2026-12-02T00:00:00+00:00",
+            "report": str(tmp_path / "nowhere" / "report.json")}  # fmt: skip
+    reg.write_text(json.dumps(line) + "\n")
+    with pytest.raises(VfleetError, match=r"no entry's report passes the gate now: .*nowhere.*not a readable report"):
+        promotion.promoted_entry(IMAGE, "tiny/cpu", reg, keys=trusted())
+    # A line naming a report that exists but was never signed; a line naming no report at all.
+    unsigned = write_report(tmp_path / "u", sign_with=None)
+    with reg.open("a") as f:
+        f.write(json.dumps({**line, "report": str(unsigned / "report.json")}) + "\n")
+        f.write(json.dumps({k: v for k, v in line.items() if k != "report"}) + "\n")
+    with pytest.raises(VfleetError) as err:
+        promotion.promoted_entry(IMAGE, "tiny/cpu", reg, keys=trusted())
+    assert "names no report" in str(err.value) and "no signed verification summary" in str(err.value)
+    # The CLI, as the rollout's preflight runs it: exit 1, the reason printed.
+    env = {k: v for k, v in os.environ.items() if k not in ENV_DROP}
+    proc = _vfleet("promote", "--check", IMAGE, "--profile", "tiny/cpu", "--registry", str(reg),
+                   "--trusted-key", str(key_files()[1]), cwd=tmp_path, env=env)  # fmt: skip
+    assert proc.returncode == 1 and "not promoted:" in proc.stdout and "not a readable report" in proc.stdout
+    # A real promotion appended after the forged lines is found.
+    promotion.promote(IMAGE, "tiny/cpu", write_report(tmp_path / "g"), reg, keys=trusted())
+    assert promotion.promoted_entry(IMAGE, "tiny/cpu", reg, keys=trusted())["report"].endswith("g/verify-0/report.json")
+
+
+def test_a_bad_signing_key_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """`vfleet verify --sign-key` with a file that is no ed25519 key: exit 2 before the suite, no report."""
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a key\n")
+    env = {k: v for k, v in os.environ.items() if k not in ENV_DROP}
+    out = tmp_path / "out"
+    proc = _vfleet("verify", "--url", "http://127.0.0.1:9", "--profile", "tiny/cpu", "--out", str(out),
+                   "--sign-key", str(bad), cwd=tmp_path, env=env)  # fmt: skip
+    assert proc.returncode == 2 and f"signing key {bad}" in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+def test_vfleet_verify_signs_its_result_and_a_failed_one_cannot_promote(tmp_path: Path) -> None:
+    """The real `vfleet verify` (a dead server: every check fails) with VFLEET_SIGN_KEY and a digest
+    reference: it writes the signed summary, FAILED, and promote refuses it."""
+    env = {k: v for k, v in os.environ.items() if k not in ENV_DROP} | {"VFLEET_SIGN_KEY": str(key_files()[0])}
+    out = tmp_path / "out"
+    proc = _vfleet("verify", "--url", "http://127.0.0.1:9", "--profile", "tiny/cpu", "--image", IMAGE,
+                   "-k", "test_health", "--out", str(out), cwd=tmp_path, env=env)  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-1500:] + proc.stderr
+    assert f"signed verification summary: {out / attestation.ATTESTATION}" in proc.stdout, proc.stdout
+    # Through the same key as the controller's trusted one: refused on its checks and its signed result.
+    why = _refused(out, "the signed result is 'FAILED', not PASSED", "partial run (-k)")
+    assert "recomputed from its checks" in why

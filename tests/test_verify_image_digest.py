@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_promotion import write_report
+from test_promotion import key_files, write_report
 
 from vfleet.dockerd import ensure_dockerd
 from vfleet.server import free_port
@@ -233,18 +233,21 @@ def test_promote_resolves_a_tag_to_its_registry_digest(made: Made, tmp_path: Pat
     the operator promotes by tag; an image that was never pushed cannot be promoted by tag."""
     rdir = write_report(tmp_path / "reports", digest=made.digest, source="container")
     reg = tmp_path / "promotions.jsonl"
-    ok = vfleet("promote", made.pushed, "--profile", "tiny/cpu", "--report", str(rdir), "--registry", str(reg))
+    trust = ["--trusted-key", str(key_files()[1])]  # the key write_report signs the summary with
+    ok = vfleet("promote", made.pushed, "--profile", "tiny/cpu", "--report", str(rdir), "--registry", str(reg), *trust)
     assert ok.returncode == 0, ok.stderr
     entry = json.loads(reg.read_text().splitlines()[-1])
     assert entry["digest"] == made.digest and entry["image"] == made.pushed
     for ref in (made.pushed, f"{made.repo}@{made.digest}"):
-        check = vfleet("promote", "--check", ref, "--profile", "tiny/cpu", "--registry", str(reg))
+        check = vfleet("promote", "--check", ref, "--profile", "tiny/cpu", "--registry", str(reg), *trust)
         assert check.returncode == 0, check.stdout
-    refused = vfleet("promote", made.local, "--profile", "tiny/cpu", "--report", str(rdir), "--registry", str(reg))
+    refused = vfleet(
+        "promote", made.local, "--profile", "tiny/cpu", "--report", str(rdir), "--registry", str(reg), *trust
+    )
     assert refused.returncode == 2, refused.stderr
     assert f"cannot find the registry digest of {made.local}" in refused.stderr
     assert "never pushed to or pulled from that repository; push it and pass REPO@sha256:DIGEST" in refused.stderr
-    check = vfleet("promote", "--check", made.local, "--profile", "tiny/cpu", "--registry", str(reg))
+    check = vfleet("promote", "--check", made.local, "--profile", "tiny/cpu", "--registry", str(reg), *trust)
     assert check.returncode == 1 and "not promoted: cannot find the registry digest" in check.stdout
 
 

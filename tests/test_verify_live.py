@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO
+from test_promotion import key_files
 
 from vfleet import tinymodel
 from vfleet.paths import versions
@@ -37,6 +38,16 @@ from vfleet.vllm_args import parse_like_vllm
 pytestmark = pytest.mark.slow
 PROFILE = "tiny/cpu"
 API_KEY = "vf-test-secret-8c1e2d"  # must never reach a report or a log
+
+
+def signing() -> dict[str, str]:
+    """The environment with which `vfleet verify` signs its summary with the tests' controller key."""
+    return {"VFLEET_SIGN_KEY": str(key_files()[0])}
+
+
+def trusting() -> list[str]:
+    """The `vfleet promote` arguments that trust the tests' controller key."""
+    return ["--trusted-key", str(key_files()[1])]
 
 
 def vfleet(
@@ -135,7 +146,7 @@ def full_run(healthy: VllmServer, image_ref: str, tmp_path_factory: pytest.TempP
     proc = vfleet(
         "verify", "--url", healthy.url, "--profile", PROFILE, "--api-key-env", "VF_TEST_KEY",
         "--log", str(healthy.log_path), "--image", image_ref, "--out", str(out),
-        env={"VF_TEST_KEY": API_KEY},
+        env={"VF_TEST_KEY": API_KEY, **signing()},
     )  # fmt: skip
     return {"proc": proc, "out": out, "wall_s": time.monotonic() - t0}
 
@@ -237,18 +248,26 @@ def test_promote_needs_a_passing_report_for_the_digest(
     full_run: dict[str, Any], image_ref: str, tmp_path: Path
 ) -> None:
     out, reg = full_run["out"], tmp_path / "promotions.jsonl"
-    check = vfleet("promote", "--check", image_ref, "--profile", PROFILE, "--registry", str(reg))
+    assert f"signed verification summary: {out / 'verification.dsse.json'}" in full_run["proc"].stdout
+    check = vfleet("promote", "--check", image_ref, "--profile", PROFILE, "--registry", str(reg), *trusting())
     assert check.returncode == 1 and "not promoted" in check.stdout
     other = image_ref.split("@")[0] + "@sha256:" + "0" * 64
-    refused = vfleet("promote", other, "--profile", PROFILE, "--report", str(out), "--registry", str(reg))
+    refused = vfleet("promote", other, "--profile", PROFILE, "--report", str(out), "--registry", str(reg), *trusting())
     assert refused.returncode == 2 and "no passing boot-verify report" in refused.stderr, refused.stderr
+    assert f"the signed summary is about {image_ref.split(':')[-1]}" in refused.stderr, refused.stderr
     assert not reg.exists()
-    ok = vfleet("promote", image_ref, "--profile", PROFILE, "--report", str(out), "--registry", str(reg))
+    keyless = vfleet("promote", image_ref, "--profile", PROFILE, "--report", str(out), "--registry", str(reg),
+                     drop=("VFLEET_TRUSTED_KEYS",))  # fmt: skip
+    assert keyless.returncode == 2 and "no trusted key" in keyless.stderr, keyless.stderr
+    ok = vfleet("promote", image_ref, "--profile", PROFILE, "--report", str(out), "--registry", str(reg), *trusting())
     assert ok.returncode == 0, ok.stderr
     entry = json.loads(reg.read_text().splitlines()[-1])
     assert entry["digest"] == image_ref.split("@")[1] and entry["profile"] == PROFILE
-    assert vfleet("promote", "--check", image_ref, "--profile", PROFILE, "--registry", str(reg)).returncode == 0
-    wrong_profile = vfleet("promote", "--check", image_ref, "--profile", "glm-5.3-flash/h200", "--registry", str(reg))
+    check = vfleet("promote", "--check", image_ref, "--profile", PROFILE, "--registry", str(reg), *trusting())
+    assert check.returncode == 0, check.stdout
+    wrong_profile = vfleet(
+        "promote", "--check", image_ref, "--profile", "glm-5.3-flash/h200", "--registry", str(reg), *trusting()
+    )
     assert wrong_profile.returncode == 1
 
 
@@ -344,7 +363,9 @@ def test_skipped_log_and_gpu_checks_fail_a_production_profile(
     )
     assert "not verified: test_gpu_health skipped: platform cpu has no GPUs" in proc.stdout
     reg = tmp_path / "promotions.jsonl"
-    refused = vfleet("promote", image, "--profile", PROFILE, "--report", str(out), "--registry", str(reg), env=env)
+    refused = vfleet(
+        "promote", image, "--profile", PROFILE, "--report", str(out), "--registry", str(reg), *trusting(), env=env
+    )
     assert refused.returncode == 2 and "not verified (skipped, not declared not applicable)" in refused.stderr
     assert not reg.exists()
 
@@ -583,7 +604,7 @@ def test_demo_on_the_cpu_image(model_dir: Path, tmp_path: Path) -> None:
     if not image_present(image):
         pytest.skip(f"the CPU image {image} is not built here (tests/test_image_cpu.py builds it)")
     out = tmp_path / "demo"
-    proc = vfleet("demo", "--server", "image", "--out", str(out))
+    proc = vfleet("demo", "--server", "image", "--out", str(out), env=signing())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     rep = json.loads((out / "report.json").read_text())
     assert rep["passed"] and rep["log"].startswith("docker logs vfleet-demo-")
@@ -607,12 +628,16 @@ def test_demo_on_the_cpu_image(model_dir: Path, tmp_path: Path) -> None:
     if not img["repo_digests"]:
         # Built here and never pushed: no registry digest names it, so it cannot be promoted by tag.
         assert img["digest"] is None and "never pushed to or pulled from a registry" in img["reason"]
-        refused = vfleet("promote", image, "--profile", PROFILE, "--report", str(out), "--registry", str(reg))
+        refused = vfleet(
+            "promote", image, "--profile", PROFILE, "--report", str(out), "--registry", str(reg), *trusting()
+        )
         assert refused.returncode == 2 and "push it and pass REPO@sha256:DIGEST" in refused.stderr, refused.stderr
         assert not reg.exists()
         return
     assert img["digest"] in {d.rpartition("@")[2] for d in img["repo_digests"]}
     by_digest = img["repo_digests"][0].rpartition("@")[0] + "@" + img["digest"]
-    ok = vfleet("promote", by_digest, "--profile", PROFILE, "--report", str(out), "--registry", str(reg))
+    assert f"signed verification summary: {out / 'verification.dsse.json'}" in proc.stdout, proc.stdout[-2000:]
+    ok = vfleet("promote", by_digest, "--profile", PROFILE, "--report", str(out), "--registry", str(reg), *trusting())
     assert ok.returncode == 0, ok.stderr
-    assert vfleet("promote", "--check", by_digest, "--profile", PROFILE, "--registry", str(reg)).returncode == 0
+    check = vfleet("promote", "--check", by_digest, "--profile", PROFILE, "--registry", str(reg), *trusting())
+    assert check.returncode == 0, check.stdout

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_promotion import load_row, write_report
+from test_promotion import load_row, trusted, write_report
 
 from vfleet import tinymodel
 from vfleet.errors import VfleetError
@@ -90,14 +90,16 @@ def test_promotion_rules(tmp_path: Path) -> None:
     other = _report(reports, profile="glm-5.3-flash/h200")
     for rdir, why in ((failing, "did not pass"), (partial, "partial run"), (other, "profile glm-5.3-flash/h200")):
         with pytest.raises(VfleetError, match=why):
-            promotion.promote(image, "tiny/cpu", rdir, reg)
+            promotion.promote(image, "tiny/cpu", rdir, reg, keys=trusted())
     assert not reg.exists()
-    assert promotion.is_promoted(image, "tiny/cpu", reg) is None
+    with pytest.raises(VfleetError, match="was never promoted"):
+        promotion.promoted_entry(image, "tiny/cpu", reg, keys=trusted())
     good = _report(reports)
-    entry = promotion.promote(image, "tiny/cpu", good, reg)
-    assert entry["digest"] == DIGEST and promotion.is_promoted(image, "tiny/cpu", reg) is not None
-    assert promotion.is_promoted(f"vfleet-cpu@sha256:{'cd' * 32}", "tiny/cpu", reg) is None
-    promotion.promote(image, "tiny/cpu", good, reg)
+    entry = promotion.promote(image, "tiny/cpu", good, reg, keys=trusted())
+    assert entry["digest"] == DIGEST and promotion.promoted_entry(image, "tiny/cpu", reg, keys=trusted()) == entry
+    with pytest.raises(VfleetError, match="was never promoted"):
+        promotion.promoted_entry(f"vfleet-cpu@sha256:{'cd' * 32}", "tiny/cpu", reg, keys=trusted())
+    promotion.promote(image, "tiny/cpu", good, reg, keys=trusted())
     assert len(reg.read_text().splitlines()) == 2  # append-only
 
 

@@ -133,6 +133,14 @@ class Verify(Strict):
     #: new image (arm B) against the image promoted last for this profile (arm A), complete, with no
     #: metric "worse"; the promotion names that report.
     ab_not_worse: bool = False
+    #: `vfleet promote` and the rollout's `promote --check` refuse a boot-verify whose signed time
+    #: (the attestation's timeVerified) is older than this: a stale pass says nothing about what the
+    #: image does against today's hosts, drivers and model files, so it is verified again.
+    report_max_age_days: float = Field(
+        default=30.0,
+        gt=0,
+        description="days a signed boot-verify pass may promote (and keep an image promoted) after it ran",
+    )
     not_applicable: dict[str, Annotated[str, Field(min_length=10)]] = Field(default_factory=dict)
 
     @field_validator("not_applicable")

@@ -7,6 +7,10 @@ a free loopback port), wait for /health, run the real boot-verify suite against 
 (so the log is read after the traffic and the report records the digest of the image the container
 runs), remove the container, and, if the report passed, promote the image by its registry digest.
 Several images boot side by side (the boot dominates); they are verified one after the other.
+
+Promotion needs the run's verification summary signed (vfleet.verify.attestation): staging signs it with
+the signing key it is given and promotes trusting that key's public half. Without a key nothing is
+staged for promotion: the refusal comes before any container starts.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from vfleet.errors import VfleetError
 from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
 from vfleet.server import ContainerServer
-from vfleet.verify import promotion, runner
+from vfleet.verify import attestation, promotion, runner
 from vfleet.verify.model import Report
 
 
@@ -57,16 +61,24 @@ def stage(
     promote: bool = True,
     health_timeout_s: float = 600.0,
     echo: Callable[[str], None] = print,
+    sign_key: Path | None = None,
 ) -> list[Staged]:
-    """Boot, verify and (if it passed) promote each candidate; see the module docstring. Raises
-    VfleetError for bad input (unknown profile, missing model directory, no candidates) and when a
-    container does not become healthy; every container started here is removed on the way out."""
+    """Boot, verify (signing each summary with ``sign_key``) and, if it passed, promote each candidate;
+    see the module docstring. Raises VfleetError for bad input (unknown profile, missing model directory,
+    no candidates, no or a bad signing key when promoting) and when a container does not become healthy;
+    every container started here is removed on the way out."""
     if not candidates:
         raise VfleetError("nothing to stage: name at least one image")
     prof = Catalog().load(profile)
     model_dir = Path(model_dir).resolve()
     if not model_dir.is_dir():
         raise VfleetError(f"model directory {model_dir} does not exist (--model-dir DIR)")
+    if promote and sign_key is None:
+        raise VfleetError(
+            f"staging promotes only a signed boot-verify result: {attestation.NO_SIGN_KEY}, or verify only "
+            "(--no-promote)"
+        )
+    trusted = [attestation.public_key_of(attestation.load_signer(sign_key))] if sign_key is not None else []
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     root = (out_root or reports_dir() / f"stage-{stamp}").resolve()
     servers: list[ContainerServer] = []
@@ -90,7 +102,15 @@ def stage(
             saved = os.environ.get("VLLM_API_KEY")
             os.environ["VLLM_API_KEY"] = srv.api_key  # as an operator has it; never on a command line
             try:
-                res = runner.run(url=srv.url, profile=profile, out=out, container=srv.name, image=c.image, on_line=None)
+                res = runner.run(
+                    url=srv.url,
+                    profile=profile,
+                    out=out,
+                    container=srv.name,
+                    image=c.image,
+                    on_line=None,
+                    sign_key=sign_key,
+                )
             finally:
                 if saved is None:
                     os.environ.pop("VLLM_API_KEY", None)
@@ -99,7 +119,7 @@ def stage(
             srv.stop()
             entry = None
             if res.report.passed and promote:
-                entry = promotion.promote(c.promote_as or c.image, profile, res.out, registry)
+                entry = promotion.promote(c.promote_as or c.image, profile, res.out, registry, keys=trusted)
             results.append(Staged(c, res.out, res.report, srv.boot_s, entry))
             verdict = "PASS" if res.report.passed else "FAIL"
             what = f"; promoted {entry['digest']}" if entry else ("; not promoted" if promote else "")

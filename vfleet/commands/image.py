@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -105,17 +104,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def trusted_keys(paths: list[Path]) -> list[Path]:
-    """--key paths, else VFLEET_TRUSTED_KEYS (os.pathsep-separated files or directories of *.pub)."""
-    if paths:
-        return paths
-    out: list[Path] = []
-    for item in filter(None, os.environ.get("VFLEET_TRUSTED_KEYS", "").split(os.pathsep)):
-        p = Path(item).expanduser()
-        out += sorted(p.glob("*.pub")) if p.is_dir() else [p]
-    return out
-
-
 def _supply(args: argparse.Namespace) -> int:
     from vfleet.images.refs import ImageError
     from vfleet.paths import home
@@ -123,6 +111,7 @@ def _supply(args: argparse.Namespace) -> int:
     from vfleet.supply.attest import sign_image
     from vfleet.supply.check import verify
     from vfleet.supply.provenance import load_public_key
+    from vfleet.supply.store import trusted_key_paths
 
     if not args.name:
         raise ImageError(f"vfleet image {args.action} REF: name the image")
@@ -132,7 +121,7 @@ def _supply(args: argparse.Namespace) -> int:
             raise ImageError("vfleet image sign REF --key PRIV: give exactly one private key file")
         print(sign_image(args.name, args.key[0], store))
         return 0
-    keys = [load_public_key(p) for p in trusted_keys(args.key)]
+    keys = [load_public_key(p) for p in trusted_key_paths(args.key)]
     res = verify(args.name, keys, store, home(), allow_standin=args.allow_standin)
     if args.json:
         print(json.dumps(res.to_dict(), indent=1))

@@ -1,7 +1,11 @@
 """`vfleet promote REF --profile P`: record that an image's registry digest may serve a profile.
 Refuses unless a passing, complete boot-verify report exists for that digest and profile (for a
-production profile: with the digest read from the verified container). With --check, exit 0 only if
-the image is already promoted for the profile (the Ansible preflight uses this). A profile that sets
+production profile: with the digest read from the verified container), with its verification summary
+signed by a trusted key (--trusted-key PUB, or VFLEET_TRUSTED_KEYS): `passed` is recomputed from the
+checks, and the summary must name the digest, the profile and this checkout's serve-profiles digest,
+carry report.json's sha256 and be younger than the profile's verify.report_max_age_days (default 30).
+With --check, exit 0 only if the image is promoted for the profile and the report its registry entry
+names still passes all of that (the Ansible preflight uses this). A profile that sets
 verify.ab_not_worse also needs an A/B report (`vfleet ab --image-a --image-b`) of the image against
 the one promoted last for the profile, complete and with no metric worse; the entry names it.
 
@@ -16,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vfleet.errors import VfleetError
-from vfleet.verify import promotion
+from vfleet.verify import attestation, promotion
 
 
 def _default_registry_text() -> str:
@@ -48,7 +52,20 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
         help="A/B report directory or ab.json, where the profile sets verify.ab_not_worse (default: search the "
         "reports root)",
     )
-    p.add_argument("--check", action="store_true", help="exit 0 only if REF is promoted for the profile")
+    p.add_argument(
+        "--trusted-key",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PUB",
+        help="public key (PEM) whose signature on a boot-verify summary is trusted (repeatable; default "
+        "VFLEET_TRUSTED_KEYS); none: nothing is promoted",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 0 only if REF is promoted for the profile and the report its entry names still passes",
+    )
     return p
 
 
@@ -56,16 +73,15 @@ def run(args: argparse.Namespace) -> int:
     registry: Path = args.registry or promotion.default_registry()
     if args.check:
         try:
-            entry = promotion.is_promoted(args.image, args.profile, registry)
+            keys = attestation.load_trusted(args.trusted_key)
+            entry = promotion.promoted_entry(args.image, args.profile, registry, keys=keys)
         except VfleetError as exc:
             print(f"not promoted: {exc}")
             return 1
-        if entry is None:
-            print(f"not promoted: {args.image} for {args.profile} (registry {registry})")
-            return 1
         print(f"promoted: {entry['digest']} for {args.profile} at {entry['promoted_at']} (report {entry['report']})")
         return 0
-    entry = promotion.promote(args.image, args.profile, args.report, registry, args.ab_report)
+    keys = attestation.load_trusted(args.trusted_key)
+    entry = promotion.promote(args.image, args.profile, args.report, registry, args.ab_report, keys=keys)
     print(f"promoted {args.image} ({entry['digest']}) for {args.profile}; recorded in {registry}")
     if entry.get("ab_report"):
         print(f"  not worse than {entry['ab_baseline']}: A/B report {entry['ab_report']}")

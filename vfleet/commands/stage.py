@@ -2,7 +2,9 @@
 staging node does, and promote each one that passes (by its registry digest). Each image is started
 from the profile's rendered `docker run` with the model directory mounted, verified with the real
 boot-verify suite (log read after the traffic, the digest read from the container), and removed.
-Exit 0 only if every image passed (and was promoted, unless --no-promote)."""
+Promotion needs each run's verification summary signed: give the controller's ed25519 key as
+--sign-key PRIV or VFLEET_SIGN_KEY (docs/boot-verify.md). Exit 0 only if every image passed (and was
+promoted, unless --no-promote)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 
 from vfleet.errors import VfleetError
 from vfleet.staging import Candidate, stage
+from vfleet.verify import attestation
 
 
 def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
@@ -34,6 +37,13 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     p.add_argument("--registry", type=Path, help="promotions file (default: the reports root's, VFLEET_PROMOTIONS)")
     p.add_argument("--no-promote", action="store_true", help="verify only")
     p.add_argument(
+        "--sign-key",
+        type=Path,
+        metavar="PRIV",
+        help="ed25519 private key (PEM) that signs each verification summary (default VFLEET_SIGN_KEY); "
+        "promotion needs it",
+    )
+    p.add_argument(
         "--health-timeout", type=float, default=600.0, metavar="S", help="bound on each boot (default 600 s)"
     )
     return p
@@ -55,5 +65,6 @@ def run(args: argparse.Namespace) -> int:
         registry=args.registry,
         promote=not args.no_promote,
         health_timeout_s=args.health_timeout,
+        sign_key=attestation.sign_key_path(args.sign_key),
     )
     return 0 if all(r.passed for r in results) else 1

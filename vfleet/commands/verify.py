@@ -1,7 +1,9 @@
 """`vfleet verify`: run the boot-verify suite (smoke_tests/) against a live server; the exit code is
 the gate: 0 only when no check failed and every skipped check is declared not applicable by the
 profile (verify.not_applicable), 1 otherwise, 2 for bad input. Writes DIR/report.json, report.xml
-(JUnit), report.md and PNG plots.
+(JUnit), report.md and PNG plots, and, with the controller's signing key (--sign-key PRIV or
+VFLEET_SIGN_KEY), DIR/verification.dsse.json: the signed verification summary of the image digest that
+`vfleet promote` requires. Without a key the report is written, but it cannot promote the image.
 
 The API key is VLLM_API_KEY from the environment (as vLLM's server takes it), or VLLM_API_KEY from
 the node's docker env file (--env-file), or the variable --api-key-env names; it is passed on through
@@ -13,7 +15,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from vfleet.verify import apikey, runner
+from vfleet.verify import apikey, attestation, runner
 from vfleet.verify.model import Report
 
 
@@ -46,6 +48,13 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
         "--out", type=Path, help="report directory, must hold no report (default REPORTS/verify-<profile>-<time>)"
     )
     p.add_argument(
+        "--sign-key",
+        type=Path,
+        metavar="PRIV",
+        help="ed25519 private key (PEM) that signs the verification summary (default VFLEET_SIGN_KEY); "
+        "without one the result cannot promote",
+    )
+    p.add_argument(
         "-k",
         dest="select",
         metavar="EXPR",
@@ -68,9 +77,18 @@ def run(args: argparse.Namespace) -> int:
         docker_host=args.docker_host,
         image=args.image,
         select=args.select,
+        sign_key=attestation.sign_key_path(args.sign_key),
     )
     print(summary(res.report, res.out))
+    print(signed_line(res))
     return res.rc
+
+
+def signed_line(res: runner.VerifyResult) -> str:
+    """Whether the result can promote: the signed summary, or why there is none."""
+    if res.attestation is not None:
+        return f"signed verification summary: {res.attestation}"
+    return f"NOT SIGNED, so this result cannot promote the image: {res.unsigned}"
 
 
 def summary(rep: Report, out: Path) -> str:

@@ -156,6 +156,31 @@ class Report(_Strict):
         return cls.from_json(text, str(path))
 
 
+def unexcused(checks: list[CheckResult], declared: dict[str, str]) -> list[CheckResult]:
+    """The skipped checks that ``declared`` (the profile's verify.not_applicable: check id -> reason)
+    does not excuse."""
+    return [c for c in checks if c.outcome == "skipped" and not declared.get(c.name)]
+
+
+def verdict_problems(checks: list[CheckResult], exitstatus: int, declared: dict[str, str]) -> list[str]:
+    """Why these check results do not pass (empty: they pass): the one rule a report's `passed` is made
+    by (vfleet.verify.report.build) and promotion recomputes it by, never trusting the stored flag. A
+    run passes only when pytest exited 0, some check passed, none failed, and every skipped check is one
+    ``declared`` excuses."""
+    why: list[str] = []
+    failed = [c.id for c in checks if c.outcome == "failed"]
+    if failed:
+        why.append("failed: " + ", ".join(failed))
+    skipped = unexcused(checks, declared)
+    if skipped:
+        why.append("not verified (skipped, not declared not applicable): " + ", ".join(c.name for c in skipped))
+    if not any(c.outcome == "passed" for c in checks):
+        why.append("no check passed")
+    if exitstatus != 0:
+        why.append(f"pytest exited {exitstatus}")
+    return why
+
+
 def _problems(exc: ValidationError) -> str:
     """Each error as KEY.PATH: what is wrong (value): the key as report.json spells it."""
     out = []

@@ -1,10 +1,17 @@
 """Promotion: an image's registry digest is promoted for a profile only on a passing, complete
-boot-verify report for that digest and profile. Promotions are appended to a JSON-lines registry.
+boot-verify report for that digest and profile, whose signed verification summary (vfleet.verify.
+attestation) a trusted key made. Promotions are appended to a JSON-lines registry.
 
 Digests are registry manifest digests (`REPO@sha256:D`, what a rollout pulls), never local image IDs:
 `vfleet promote REF` resolves REF the same way `vfleet verify` records a report's digest
 (vfleet.verify.image). A production profile needs a report whose digest was read from the verified
 container (`vfleet verify --container`); a non-production one may use a digest from a reference.
+
+Nothing a report says about itself is taken as given (a report.json is a file anyone can edit): `passed`
+is recomputed from its checks under the profile's not-applicable declarations, and the summary beside
+it must be signed by a trusted key, name this digest, this profile and this checkout's serve-profiles
+digest, carry report.json's sha256, and be younger than the profile's verify.report_max_age_days. The
+registry is no proof either: `promote --check` runs the same gate again on the report a line names.
 """
 
 from __future__ import annotations
@@ -14,14 +21,19 @@ import getpass
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vfleet.errors import VfleetError
-from vfleet.paths import reports_dir
+from vfleet.paths import profiles_digest, reports_dir
 from vfleet.profiles import Catalog
+from vfleet.verify import attestation
 from vfleet.verify.image import SOURCE_CONTAINER, registry_digest
-from vfleet.verify.model import SCHEMA, Report
+from vfleet.verify.model import SCHEMA, Report, verdict_problems
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import Key  # type: ignore[attr-defined]
 
 
 def default_registry() -> Path:
@@ -52,28 +64,76 @@ def load_report(path: Path) -> Report:
     return Report.load(path)
 
 
-def report_problems(rep: Report, digest: str, profile: str, production: bool) -> list[str]:
-    """Why a report cannot promote ``digest`` for ``profile`` (empty when it can)."""
+@dataclass(frozen=True)
+class Gate:
+    """What a report must show to promote ``digest`` for ``profile``, and to keep it promoted: the
+    profile's production flag and not-applicable declarations, the keys trusted to sign boot-verify,
+    this checkout's serve-profiles digest and the oldest signed time accepted."""
+
+    digest: str
+    profile: str
+    production: bool
+    not_applicable: dict[str, str]
+    keys: list[Key]
+    profiles_digest: str
+    max_age: dt.timedelta
+    now: dt.datetime
+
+
+def gate(digest: str, profile: str, keys: list[Key], now: dt.datetime | None = None) -> Gate:
+    """The gate for ``digest`` on ``profile`` (loaded from this checkout). No trusted key is a VfleetError
+    naming how to give one: nothing could be checked, so nothing is promoted."""
+    if not keys:
+        raise VfleetError(f"no trusted key, so no boot-verify result can be checked: {attestation.NO_TRUSTED_KEY}")
+    prof = Catalog().load(profile)
+    return Gate(
+        digest=digest,
+        profile=profile,
+        production=prof.production,
+        not_applicable=dict(prof.verify.not_applicable),
+        keys=keys,
+        profiles_digest=profiles_digest(),
+        max_age=dt.timedelta(days=prof.verify.report_max_age_days),
+        now=now or dt.datetime.now(dt.UTC),
+    )
+
+
+def report_problems(rep: Report, g: Gate) -> list[str]:
+    """Why a report's content cannot promote ``g.digest`` for ``g.profile`` (empty when it can). The
+    verdict is recomputed from the checks, under the profile's not-applicable declarations of today;
+    the stored `passed` and `unexcused_skips` are not read, only compared."""
     img = rep.image
     why: list[str] = []
-    if img.digest != digest:
+    if img.digest != g.digest:
         why.append(f"digest {img.digest}")
-    if rep.profile != profile:
+    if rep.profile != g.profile:
         why.append(f"profile {rep.profile}")
-    if not rep.passed:
-        why.append("did not pass")
-    if rep.unexcused_skips:
-        why.append(
-            "not verified (skipped, not declared not applicable): " + ", ".join(u.id for u in rep.unexcused_skips)
-        )
+    verdict = verdict_problems(rep.checks, rep.pytest_exitstatus, g.not_applicable)
+    if verdict:
+        why.append("did not pass (recomputed from its checks): " + "; ".join(verdict))
+    if rep.passed != (not verdict):
+        why.append(f"its stored passed={str(rep.passed).lower()} does not match its checks: edited, or not ours")
     if rep.partial:
         why.append("partial run (-k)")
-    if production and img.digest == digest and img.source != SOURCE_CONTAINER:
+    if g.production and img.digest == g.digest and img.source != SOURCE_CONTAINER:
         why.append(
             f"digest taken from {img.source or 'nowhere'}, not read from the verified container; a production "
             "profile needs `vfleet verify --container NAME [--docker-host URL]`"
         )
     return why
+
+
+def check_report(path: Path, g: Gate) -> tuple[Report | None, list[str]]:
+    """The report at ``path`` and why it cannot promote ``g.digest`` (empty: it can): its content
+    (report_problems) and its signed verification summary (vfleet.verify.attestation.check). A report
+    that does not load (missing, unknown key, wrong type, older schema) is never a pass."""
+    try:
+        rep = load_report(path)
+    except VfleetError as exc:
+        return None, [str(exc).removeprefix(f"{path}: ")]
+    why = report_problems(rep, g)
+    why += attestation.check(path, g.keys, g.digest, g.profile, g.profiles_digest, g.max_age, g.now)
+    return rep, why
 
 
 def _newest(
@@ -96,25 +156,23 @@ def _newest(
     return None, seen, str(given) if given else f"{root}/**/{name}"
 
 
-def find_report(digest: str, profile: str, report_dir: Path | None, production: bool = True) -> tuple[Path, Report]:
-    """The newest passing, complete report for digest+profile; VfleetError naming what is wrong otherwise.
-    A report that does not load (unknown key, wrong type, older schema) is never a pass."""
+def find_report(g: Gate, report_dir: Path | None) -> tuple[Path, Report]:
+    """The newest report that passes ``g`` (check_report); VfleetError naming what is wrong otherwise."""
     loaded: dict[Path, Report] = {}
 
     def check(path: Path) -> list[str]:
-        try:
-            loaded[path] = load_report(path)
-        except VfleetError as exc:
-            return [str(exc).removeprefix(f"{path}: ")]
-        return report_problems(loaded[path], digest, profile, production)
+        rep, why = check_report(path, g)
+        if rep is not None:
+            loaded[path] = rep
+        return why
 
     path, seen, where = _newest(report_dir, "report.json", check, ", ")
     if path is not None:
         return path, loaded[path]
     detail = ("; ".join(seen[:5])) if seen else "no reports found"
     raise VfleetError(
-        f"no passing boot-verify report for {digest} on {profile} in {where} ({detail}); "
-        f"run `vfleet verify --profile {profile} --container NAME --image IMAGE ...` first"
+        f"no passing boot-verify report for {g.digest} on {g.profile} in {where} ({detail}); "
+        f"run `vfleet verify --profile {g.profile} --container NAME --image IMAGE --sign-key PRIV ...` first"
     )
 
 
@@ -191,12 +249,15 @@ def promote(
     report_dir: Path | None,
     registry: Path | None = None,
     ab_report: Path | None = None,
+    *,
+    keys: list[Key],
 ) -> dict[str, Any]:
+    """Promote ``image`` for ``profile`` on the newest report that passes the gate (its summary signed by
+    one of ``keys``); VfleetError naming every report looked at and why otherwise. Appends the entry."""
     registry = registry or default_registry()
     prof = Catalog().load(profile)
-    production = prof.production
     digest = resolve_digest(image)
-    path, rep = find_report(digest, profile, report_dir, production)
+    path, rep = find_report(gate(digest, profile, keys), report_dir)
     ab_path: Path | None = None
     baseline: str | None = None
     if prof.verify.ab_not_worse:
@@ -213,6 +274,7 @@ def promote(
         "digest_source": img.source,
         "profile": profile,
         "report": str(path.resolve()),
+        "attestation": str(path.resolve().parent / attestation.ATTESTATION),
         "vllm_version": rep.vllm_version,
         "by": getpass.getuser(),
     }
@@ -225,8 +287,34 @@ def promote(
     return entry
 
 
-def is_promoted(image: str, profile: str, registry: Path | None = None) -> dict[str, Any] | None:
+def promoted_entry(
+    image: str, profile: str, registry: Path | None = None, *, keys: list[Key], now: dt.datetime | None = None
+) -> dict[str, Any]:
+    """The newest registry entry for ``image`` on ``profile`` whose report passes the gate again, now
+    (`vfleet promote --check`, the rollout's preflight). A line of the registry proves nothing alone: the
+    report it names is loaded, recomputed and its signed summary checked, so a hand-written line, a
+    report removed or edited since, another checkout's profiles or a pass grown stale are refused.
+    VfleetError naming each entry looked at and why otherwise."""
     registry = registry or default_registry()
     digest = resolve_digest(image)
-    found = [e for e in _entries(registry) if e.get("digest") == digest and e.get("profile") == profile]
-    return found[-1] if found else None
+    g = gate(digest, profile, keys, now)
+    entries: list[dict[str, Any]] = [
+        e for e in _entries(registry) if e.get("digest") == digest and e.get("profile") == profile
+    ]
+    if not entries:
+        raise VfleetError(f"{image} ({digest}) was never promoted for {profile} (registry {registry})")
+    seen: list[str] = []
+    for entry in entries[::-1]:
+        named = entry.get("report")
+        if not isinstance(named, str) or not named:
+            seen.append(f"entry of {entry.get('promoted_at')}: names no report")
+            continue
+        _, why = check_report(Path(named), g)
+        if not why:
+            return entry
+        seen.append(f"{named}: " + ", ".join(why))
+    raise VfleetError(
+        f"{image} ({digest}) is in {registry} for {profile}, but no entry's report passes the gate now: "
+        + "; ".join(seen[:5])
+        + f"; boot-verify it again with the signing key and `vfleet promote {image} --profile {profile}`"
+    )

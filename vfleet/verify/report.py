@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from vfleet.verify import model
 from vfleet.verify.model import SCHEMA, CheckResult, Figures, Report
 from vfleet.verify.plots import fmt as _fmt
 from vfleet.verify.plots import plot_lines, pyplot
@@ -32,18 +33,14 @@ def build(
     declared = not_applicable or {}
     checks = [c.model_copy() for c in checks]
     counts = {k: sum(1 for c in checks if c.outcome == k) for k in ("passed", "failed", "skipped")}
-    unexcused: list[dict[str, str]] = []
+    unexcused = [{"id": c.name, "message": c.message} for c in model.unexcused(checks, declared)]
     excused: dict[str, str] = {}
     for c in checks:
-        if c.outcome != "skipped":
-            continue
         reason = declared.get(c.name)
-        if reason:
+        if c.outcome == "skipped" and reason:
             c.not_applicable = reason
             excused[c.name] = reason
-        else:
-            unexcused.append({"id": c.name, "message": c.message})
-    passed = exitstatus == 0 and counts["failed"] == 0 and counts["passed"] > 0 and not unexcused
+    passed = not model.verdict_problems(checks, exitstatus, declared)
     figs = Figures.model_validate({k: v for k, v in figures.items() if k not in _INTERNAL_FIGURES})
     return Report.model_validate(
         {

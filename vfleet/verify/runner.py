@@ -1,5 +1,5 @@
-"""`vfleet verify`: run smoke_tests/ with pytest in this process (vfleet.verify.suite) against a server
-and write the report."""
+"""`vfleet verify`: run smoke_tests/ with pytest in this process (vfleet.verify.suite) against a server,
+write the report and, with a signing key, its signed verification summary (vfleet.verify.attestation)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from vfleet.errors import VfleetError
 from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
-from vfleet.verify import apikey
+from vfleet.verify import apikey, attestation
 from vfleet.verify import image as image_mod
 from vfleet.verify import report as report_mod
 from vfleet.verify.model import Report
@@ -31,6 +31,9 @@ class VerifyResult:
     rc: int
     out: Path
     report: Report
+    #: DIR/verification.dsse.json, or None with ``unsigned`` saying why (no key, no registry digest).
+    attestation: Path | None = None
+    unsigned: str = ""
 
 
 def default_out(profile: str) -> Path:
@@ -51,13 +54,17 @@ def run(
     on_line: Callable[[str], None] | None = print,
     env_file: Path | None = None,
     docker_host: str | None = None,
+    sign_key: Path | None = None,
 ) -> VerifyResult:
     """Run the suite; each line of pytest's output goes to ``on_line`` and to DIR/pytest-output.txt.
+    With ``sign_key`` (the controller's ed25519 private key) the report's verification summary is signed
+    beside it, PASSED or FAILED; without one the report is written and says nothing can promote it.
 
     Bad input (VfleetError, exit 2) is found before anything is written: the profile, the log, the URL,
-    the API key source, the report directory, and the image (with ``container``: read from docker on
-    ``docker_host``, and an ``image`` reference that names another image is refused)."""
+    the API key source, the signing key, the report directory, and the image (with ``container``: read
+    from docker on ``docker_host``, and an ``image`` reference that names another image is refused)."""
     prof = Catalog().load(profile)  # a bad profile name is a clear error here, not a pytest crash
+    signer = attestation.load_signer(sign_key) if sign_key is not None else None
     if log is not None and not log.is_file():
         raise VfleetError(f"--log {log}: no such file; pass the server's log file or use --container NAME")
     if log is not None and container is not None:
@@ -121,4 +128,12 @@ def run(
         partial=bool(select),  # a partial run (-k) never supports a promotion
     )
     report_mod.write(rep, out)
-    return VerifyResult(rc=0 if rep.passed else 1, out=out, report=rep)
+    res = VerifyResult(rc=0 if rep.passed else 1, out=out, report=rep)
+    if signer is None:
+        res.unsigned = f"no signing key: {attestation.NO_SIGN_KEY}"
+        return res
+    try:
+        res.attestation = attestation.write(out, rep, signer)
+    except VfleetError as exc:  # no registry digest: there is nothing a rollout pulls to attest
+        res.unsigned = str(exc)
+    return res
