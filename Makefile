@@ -52,8 +52,8 @@ lb: $(STAMP) ## set up the HAProxy balancer in front of the nodes [INVENTORY=dir
 rollout: $(STAMP) ## roll the fleet onto IMAGE=ref: canary, then batches [INVENTORY|FLEET] [BATCH=n] [LIMIT=pattern] [BREAK_LOCK=1] [TRUSTED_KEY=pub.pem] [ALLOW_UNSIGNED=1: test fleets only]
 	$(V)/vfleet fleet rollout $(FLEET_WHERE) --image $(IMAGE) $(if $(BATCH),--batch-size $(BATCH)) $(if $(TRUSTED_KEY),--trusted-key $(TRUSTED_KEY)) $(if $(ALLOW_UNSIGNED),--allow-unsigned) $(FLEET_OPTS)
 
-rollback: $(STAMP) ## roll the fleet back to each node's previous image [IMAGE=ref to name one] [LIMIT] [BREAK_LOCK=1]
-	$(V)/vfleet fleet rollback $(FLEET_WHERE) $(if $(IMAGE),--image $(IMAGE)) $(FLEET_OPTS)
+rollback: $(STAMP) ## roll the fleet back, through the rollout's gates, to each node's previous image [IMAGE=ref to name one] [LIMIT] [BREAK_LOCK=1] [TRUSTED_KEY=pub.pem] [ALLOW_UNSIGNED=1: test fleets only]
+	$(V)/vfleet fleet rollback $(FLEET_WHERE) $(if $(IMAGE),--image $(IMAGE)) $(if $(TRUSTED_KEY),--trusted-key $(TRUSTED_KEY)) $(if $(ALLOW_UNSIGNED),--allow-unsigned) $(FLEET_OPTS)
 
 fleet-verify: $(STAMP) ## boot-verify every running node of the fleet
 	$(V)/vfleet fleet verify $(FLEET_WHERE) $(if $(LIMIT),--limit $(LIMIT))

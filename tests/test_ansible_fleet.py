@@ -481,6 +481,55 @@ def test_failed_node_cap_stops_the_run_and_a_rerun_resumes_it(ctx: Ctx) -> None:
 
 
 @pytest.mark.injected_fault
+def test_a_rollback_passes_the_canary_and_stops_at_the_failed_node_cap(ctx: Ctx) -> None:
+    """A rollback is a gated swap like a rollout: every node now runs good-1 with good-2 recorded as its
+    previous image, so a rollback goes to good-2, canary n1 first, then batches of two (n2+n3, then
+    n4), max_fail_percentage 50 and at most 0 failed nodes in the run. n2's boot-verify fails
+    (injected), so n2 goes back to good-1, n3 moves, and n4's batch never starts. The nodes' previous
+    images then differ, so a plain rollback is refused with the images named; a rollout of good-1
+    puts the fleet back for the scenarios that follow."""
+    n1, n2, n3, n4 = ctx.names
+    for n in ctx.names:
+        assert ctx.record(n)["previous"]["image_id"] == ctx.image_id("good-2"), ctx.record(n)
+    before = ctx.snapshot()
+    fault = {"vfleet_node_verify_argv": [sys.executable, "-c", "raise SystemExit('injected boot-verify failure')"]}
+    testfleet.write_inventory(ctx.fleet, extra_vars=STANDIN_VARS, host_vars={n2: fault})
+    try:
+        proc = ctx.cli(
+            "rollback_failed_cap",
+            "rollback",
+            "--max-failed-nodes",
+            "0",
+            vfleet_batch_size=2,
+            vfleet_max_fail_percentage=50,
+        )
+    finally:
+        testfleet.write_inventory(ctx.fleet, extra_vars=STANDIN_VARS)
+    out = flat(proc.stdout)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert "through the gates of a rollout" in out and f"canary {n1}" in out, out[-3000:]
+    assert "PLAY [Preflight every node of the run]" in proc.stdout and "PLAY [Canary]" in proc.stdout
+    assert f"1 node(s) of this run have failed ({n2}), more than vfleet_max_failed_nodes 0" in out, out[-3000:]
+    assert f"this batch, {n4}, is untouched" in out, out[-3000:]
+    ctx.assert_on(n1, "good-2")
+    ctx.assert_on(n2, "good-1")
+    ctx.assert_on(n3, "good-2")
+    assert ctx.snapshot()[n4] == before[n4], "a batch started after the cap of failed nodes was passed"
+
+    proc = ctx.cli("rollback_mixed_refused", "rollback")
+    assert proc.returncode != 0
+    out = flat(proc.stdout)
+    assert "the nodes of this run would roll back to different images" in out, out[-3000:]
+    assert "name it with --image" in out and "Nothing has been touched" in out
+    assert "Pull and inspect the image" not in out
+
+    proc = ctx.cli("rollback_cap_back", "rollout", "--image", ctx.refs["good-1"], vfleet_batch_size=3)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for n in ctx.names:
+        ctx.assert_on(n, "good-1")
+
+
+@pytest.mark.injected_fault
 def test_a_drain_that_never_reaches_zero_leaves_the_node_serving_in_the_pool(ctx: Ctx) -> None:
     """The 'busy' stand-in reports two running requests forever (injected: a real vLLM drains)."""
     n4 = ctx.names[3]

@@ -115,7 +115,7 @@ class Lifecycle:
         """`vfleet fleet ACTION` on the fleet; VERBOSE runs Ansible at -vvvv (ANSIBLE_VERBOSITY=4), where
         every module argument and result is printed: the secrets test reads those logs."""
         argv = [*VFLEET, "fleet", action, "--name", self.fleet.name, *args]
-        if action == "rollout":  # the supply-chain gate: this test's key and store
+        if action in ("rollout", "rollback"):  # the supply-chain gate (a rollback passes it too): key and store
             argv += ["--trusted-key", str(self.trusted), "--supply-store", str(self.store)]
         for k, v in self.extra.items():
             argv += ["-e", f"{k}={json.dumps(v)}"]
@@ -392,9 +392,14 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
         life.assert_all_on(build, f"rollout {build}")
         life.keep_node_figures(f"rollout_{build}")
 
-    # 4. Roll back: every node to its previous image, B.
-    proc = life.fleet_cmd("rollback_to_B", "rollback", verbose=True)
+    # 4. Roll back: every node to its previous image, B, through the gates of a rollout (B is unsigned, as
+    # the test fleet allows): the canary first, then the batch. B's promotion was checked when it was
+    # deployed, so this is the emergency path, which skips only that lookup and says so.
+    proc = life.fleet_cmd("rollback_to_B", "rollback", *unsigned, verbose=True)
     _ok(proc, "rollback")
+    text = " ".join(proc.stdout.split())
+    assert "through the gates of a rollout" in text and "PLAY [Canary]" in proc.stdout, proc.stdout[-3000:]
+    assert "NOT CHECKED: promotion of" in text and "(emergency rollback" in text, proc.stdout[-3000:]
     life.assert_all_on("B", "rollback")
     life.keep_node_figures("rollback_to_B")
 

@@ -62,7 +62,7 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
                 action="store_true",
                 help="take the fleet lock over from another run (its holder is printed); only when that run is gone",
             )
-        if pb in ("rollout", "status"):
+        if pb in ("rollout", "rollback", "status"):
             gate = q.add_argument_group("supply chain (docs/supply-chain.md)")
             gate.add_argument(
                 "--trusted-key",
@@ -76,7 +76,7 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
             gate.add_argument(
                 "--supply-store", type=Path, help="supply store (default: VFLEET_SUPPLY_STORE or REPORTS/supply)"
             )
-        if pb == "rollout":
+        if pb in ("rollout", "rollback"):
             gate.add_argument(
                 "--allow-unsigned",
                 action="store_true",
@@ -164,9 +164,9 @@ def _playbook(args: argparse.Namespace) -> int:
         missing = [str(p) for p in args.trusted_key if not p.is_file()]
         if missing:
             raise VfleetError(f"--trusted-key {', '.join(missing)}: no such file; name the public key (PEM) file")
-        if args.fleet_command == "rollout":
+        if args.fleet_command in ("rollout", "rollback"):
             extra["vfleet_node_trusted_keys"] = [str(p.resolve()) for p in args.trusted_key]
-    if getattr(args, "supply_store", None) and args.fleet_command == "rollout":
+    if getattr(args, "supply_store", None) and args.fleet_command in ("rollout", "rollback"):
         extra["vfleet_node_supply_store"] = str(args.supply_store.resolve())
     if getattr(args, "allow_unsigned", False):
         extra["vfleet_node_allow_unsigned"] = True
