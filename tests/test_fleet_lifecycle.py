@@ -1,7 +1,7 @@
 """The fleet's day-2 lifecycle, as an operator runs it, under live traffic.
 
-Three builds of the REAL vfleet CPU image (A, built with its supply-chain record, and B and C: A
-plus a layer, with the same serve profiles, which the rollout checks against the controller's and the
+Two builds of the REAL vfleet CPU image (A, built with its supply-chain record, and B: A plus a
+layer, with the same serve profiles, which the rollout checks against the controller's and the
 entrypoint against its own), three Docker-in-Docker nodes, a local registry and the HAProxy balancer
 that `lb.yml` sets up.
 Every step is the operator's CLI (`vfleet fleet rollout|rollback|verify|status`), with the real
@@ -10,14 +10,17 @@ promoted first, from a boot-verify of it on the controller, the way a staging no
 generator sends steady streaming completions through the balancer for the whole sequence after the first deploy:
 
   the supply-chain gate refuses A unsigned, then A with its SBOM changed after signing (no node pulls)
-  -> deploy A, signed -> roll out B -> roll out C -> roll back (to B) -> verify -> re-run B (no-op)
-  -> roll out C with the canary killed during its swap -> recovery (start it again, roll out B)
+  -> deploy A, signed -> roll out B -> roll back (to A, through the gates) -> verify -> re-run A (no-op)
+  -> roll out B with the canary killed during its swap -> recovery (start it again, roll out A)
   -> a verify that must catch a fault printed during its own traffic.
 
-A is signed with a key made here and passes the rollout's gate (`--trusted-key`); B and C, `docker
-build` layers with no build record to sign, go out with `--allow-unsigned`, which the test fleet's
+(A third build and a second rollout, B then C, walked the rollout path twice; one rollout and one
+rollback walk every play, and the suite's time goes to paths not yet walked.)
+
+A is signed with a key made here and passes the rollout's gate (`--trusted-key`); B, a `docker
+build` layer with no build record to sign, goes out with `--allow-unsigned`, which the test fleet's
 inventory allows and the run announces. Every staging boot-verify summary is signed with the same key,
-and every rollout's preflight `promote --check` verifies it with `--trusted-key` (also for B and C:
+and every rollout's preflight `promote --check` verifies it with `--trusted-key` (also for B:
 --allow-unsigned skips the image's supply-chain gate, never the promotion check).
 
 It asserts 0 failed, 0 truncated and 0 empty client responses over the whole sequence, every request
@@ -60,7 +63,7 @@ pytestmark = [
     ),
 ]
 PROFILE = "tiny/cpu"
-BUILDS = {"B": "vfleet-cpu-lifecycle:build-b", "C": "vfleet-cpu-lifecycle:build-c"}
+BUILDS = {"B": "vfleet-cpu-lifecycle:build-b"}
 FIGURES: dict[str, Any] = {"wall_s": {}, "nodes": {}, "requests": {}}
 VFLEET = [sys.executable, "-m", "vfleet"]
 
@@ -224,7 +227,6 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     model = tinymodel.build()
     build_node_image()
     _build_variant(base, BUILDS["B"], "build B")
-    _build_variant(base, BUILDS["C"], "build C")
     local = {"A": base, **BUILDS}
     FIGURES["wall_s"]["builds"] = round(time.monotonic() - t0, 1)
     name = f"l{os.getpid()}"
@@ -246,7 +248,7 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
         # `vfleet fleet stage`: push each build, boot-verify it on the controller's dockerd (as a
         # staging node would) and promote the digest the nodes pull. Each boot-verify summary is signed
         # with this test's key through VFLEET_SIGN_KEY, not --sign-key, which would also sign A's image
-        # provenance (the gate must first refuse A unsigned) and fail on B and C (no build record); the
+        # provenance (the gate must first refuse A unsigned) and fail on B (no build record); the
         # rollouts' preflight `promote --check` trusts it through --trusted-key.
         t0 = time.monotonic()
         proc = subprocess.run(
@@ -349,7 +351,7 @@ def _refused_before_any_pull(life: Lifecycle, proc: subprocess.CompletedProcess[
 def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     n1, n2, n3 = life.names
     ref_a = life.refs["A"]
-    unsigned = ["--allow-unsigned"]  # B and C have no build record to sign; the test fleet allows it
+    unsigned = ["--allow-unsigned"]  # B has no build record to sign; the test fleet allows it
 
     # 0. The supply-chain gate, on the real image and the real run, before any node holds an image:
     # A was staged unsigned, so the rollout stops before the pull; signed, but with its SBOM changed
@@ -383,27 +385,26 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
         time.sleep(0.5)
     assert life.load.counts()["completed"] > 0, f"no request got through the balancer: {life.load.problems()}"
 
-    # 2-3. Roll out B, then C (the canary, then the other two together), unchecked by the gate, which
-    # says so.
-    for build in ("B", "C"):
-        proc = life.fleet_cmd(f"rollout_{build}", "rollout", "--image", life.refs[build], *unsigned, verbose=True)
-        _ok(proc, f"rollout {build}")
-        assert f"NOT CHECKED: {life.refs[build]}" in " ".join(proc.stdout.split()), proc.stdout[-3000:]
-        life.assert_all_on(build, f"rollout {build}")
-        life.keep_node_figures(f"rollout_{build}")
+    # 2. Roll out B (the canary, then the other two together), unchecked by the gate, which says so.
+    proc = life.fleet_cmd("rollout_B", "rollout", "--image", life.refs["B"], *unsigned, verbose=True)
+    _ok(proc, "rollout B")
+    assert f"NOT CHECKED: {life.refs['B']}" in " ".join(proc.stdout.split()), proc.stdout[-3000:]
+    life.assert_all_on("B", "rollout B")
+    life.keep_node_figures("rollout_B")
 
-    # 4. Roll back: every node to its previous image, B, through the gates of a rollout (B is unsigned, as
-    # the test fleet allows): the canary first, then the batch. B's promotion was checked when it was
-    # deployed, so this is the emergency path, which skips only that lookup and says so.
-    proc = life.fleet_cmd("rollback_to_B", "rollback", *unsigned, verbose=True)
+    # 3. Roll back: every node to its previous image, A, through the gates of a rollout: A's signature is
+    # verified again, then the canary, then the batch. A's promotion was checked when it was deployed,
+    # so this is the emergency path, which skips only that lookup and says so.
+    proc = life.fleet_cmd("rollback_to_A", "rollback", verbose=True)
     _ok(proc, "rollback")
     text = " ".join(proc.stdout.split())
     assert "through the gates of a rollout" in text and "PLAY [Canary]" in proc.stdout, proc.stdout[-3000:]
     assert "NOT CHECKED: promotion of" in text and "(emergency rollback" in text, proc.stdout[-3000:]
-    life.assert_all_on("B", "rollback")
-    life.keep_node_figures("rollback_to_B")
+    assert f"verified {ref_a} (sha256:" in text, proc.stdout[-3000:]
+    life.assert_all_on("A", "rollback")
+    life.keep_node_figures("rollback_to_A")
 
-    # 5. Verify the running fleet: a new report per node in a directory of this run.
+    # 4. Verify the running fleet: a new report per node in a directory of this run.
     runs_before = {p.name for p in life.verify_out.iterdir()}
     proc = life.fleet_cmd("verify", "verify", verbose=True)
     _ok(proc, "verify")
@@ -411,51 +412,51 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     assert len(new_runs) == 1, new_runs
     reports = life.reports(new_runs.pop())
     assert len(reports) == 3 and all(r["passed"] for r in reports), [r.get("counts") for r in reports]
-    b_digest = life.refs["B"].split("@", 1)[1]
+    a_digest = ref_a.split("@", 1)[1]
     for rep in reports:
-        assert rep["image"]["digest"] == b_digest, rep["image"]
+        assert rep["image"]["digest"] == a_digest, rep["image"]
 
-    # 6. Re-run the rollout of B: a no-op that touches no container.
+    # 5. Re-run the rollout of A: a no-op that touches no container (the gate passes again).
     before = life.snapshot()
-    proc = life.fleet_cmd("rerun_B_noop", "rollout", "--image", life.refs["B"], *unsigned)
-    _ok(proc, "re-run of B")
+    proc = life.fleet_cmd("rerun_A_noop", "rollout", "--image", ref_a)
+    _ok(proc, "re-run of A")
     assert " ".join(proc.stdout.split()).count("is healthy; nothing to do") == 3, proc.stdout[-3000:]
     assert life.snapshot() == before
 
-    # 7. Roll out C; the canary (node 1) is killed during its swap (after its drain, so nothing is in
+    # 6. Roll out B; the canary (node 1) is killed during its swap (after its drain, so nothing is in
     # flight on it): the run fails non-zero before any other node is touched, and node 1's record
     # says what it ran and what it was moving to.
     before = life.snapshot()
-    bg = life.fleet_cmd("rollout_C_canary_killed", "rollout", "--image", life.refs["C"], *unsigned, background=True)
+    bg = life.fleet_cmd("rollout_B_canary_killed", "rollout", "--image", life.refs["B"], *unsigned, background=True)
     assert isinstance(bg, subprocess.Popen)
     t0 = time.monotonic()
     killed_at = _kill_during_swap(life, n1, before[n1])
     out, _ = bg.communicate(timeout=900)
-    life.keep_log("rollout_C_canary_killed", out)
-    FIGURES["wall_s"]["rollout_C_canary_killed"] = round(time.monotonic() - t0, 1)
+    life.keep_log("rollout_B_canary_killed", out)
+    FIGURES["wall_s"]["rollout_B_canary_killed"] = round(time.monotonic() - t0, 1)
     assert bg.returncode != 0, out[-3000:]
     assert n1 in out and ("UNREACHABLE" in out or "unreachable" in out), out[-3000:]
     assert "where the nodes stand now" in out and "unreachable" in out, out[-3000:]
     assert life.lb_status()[n1] == "MAINT", "the killed node is back in the pool"
     assert {n: life.snapshot()[n] for n in (n2, n3)} == {n: before[n] for n in (n2, n3)}, "went on past the canary"
 
-    # 8. Recovery: the node comes back (same address); a rollout of B, which the rest of the fleet
+    # 7. Recovery: the node comes back (same address); a rollout of A, which the rest of the fleet
     # runs, brings it back to a healthy, verified image and into the pool, and touches nothing else.
     life.load.mark("recovery_start_node")
     docker("start", n1)
     testfleet.wait_dockerd(n1)
     rec = life.record(n1)
     assert rec["state"] == "swapping", rec
-    assert rec["image_id"] == life.image_id("B") and rec["target"]["image"] == life.refs["C"], rec
-    proc = life.fleet_cmd("recovery_rollout_B", "rollout", "--image", life.refs["B"], *unsigned)
-    _ok(proc, "recovery rollout of B")
+    assert rec["image_id"] == life.image_id("A") and rec["target"]["image"] == life.refs["B"], rec
+    proc = life.fleet_cmd("recovery_rollout_A", "rollout", "--image", ref_a)
+    _ok(proc, "recovery rollout of A")
     assert " ".join(proc.stdout.split()).count("is healthy; nothing to do") == 2, proc.stdout[-3000:]
-    life.assert_all_on("B", "recovery")
+    life.assert_all_on("A", "recovery")
     assert {n: life.snapshot()[n] for n in (n2, n3)} == {n: before[n] for n in (n2, n3)}
-    life.keep_node_figures("recovery_rollout_B")
+    life.keep_node_figures("recovery_rollout_A")
     FIGURES["killed_at_unix"] = killed_at
 
-    # 9. Boot-verify reads the log after its own traffic: a fault printed while it runs fails it.
+    # 8. Boot-verify reads the log after its own traffic: a fault printed while it runs fails it.
     # Injected fault: vLLM on a CPU cannot be made to raise a real CUDA fault, so a line of one is
     # written to the serving container's stdout while boot-verify's load runs on node 3.
     life.load.stop()
@@ -473,10 +474,10 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     assert proc.returncode != 0, "boot-verify missed a fault printed during its own traffic"
     assert "an illegal memory access was encountered" in proc.stdout, proc.stdout[-3000:]
 
-    # The page again, on B: its provenance cannot be verified (no build record), so the page is not green.
+    # The page again, on A: provenance verified on every node, and node 3's failed boot-verify shown.
     page, rows = _fleet_page(life, "end")
-    assert [r["provenance"]["status"] for r in rows] == ["failed"] * 3, [r.get("provenance") for r in rows]
-    assert "Fleet FAIL: 3 nodes" in page and "provenance: FAILED on 3 of 3" in page, page[:4000]
+    assert [r["provenance"]["status"] for r in rows] == ["verified"] * 3, [r.get("provenance") for r in rows]
+    assert "Fleet FAIL: 3 nodes" in page and f"last boot-verify: FAILED on 1 of 3 ({n3})" in page, page[:4000]
 
     # No secret at any verbosity: rollout, rollback, verify and status ran at -vvvv above.
     _no_secret_anywhere(life)
