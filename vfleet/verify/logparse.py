@@ -245,6 +245,8 @@ def _json_lines(no: int, prefix: str, obj: dict[str, Any], pos: int) -> list[Lin
     trailers: list[str] = []
     for key in JSON_TRAILER_KEYS:
         value = obj.get(key)
+        if isinstance(value, list):  # python-json-logger's exc_info_as_array / stack_info_as_array
+            value = "\n".join(str(x) for x in value)
         if isinstance(value, str) and value.strip() and value != "None" and value not in trailers:
             trailers.append(value)
     for value in trailers:
