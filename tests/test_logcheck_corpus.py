@@ -51,6 +51,12 @@ CORPUS: dict[str, list[str]] = {
         "Traceback (most recent call last):",
         f"{A}WARNING 12-01 07:55:40 [utils.py:9] Traceback (most recent call last):",
     ],
+    "http-5xx": [
+        f'{A}INFO:     172.17.0.1:36966 - "POST /v1/completions HTTP/1.1" 500 Internal Server Error',
+        f'{A}INFO:     10.0.0.7:51234 - "POST /v1/chat/completions HTTP/1.1" 503 Service Unavailable',
+        'INFO:     127.0.0.1:41166 - "GET /health HTTP/1.1" 503 Service Unavailable',
+        f'{A}INFO:     172.17.0.1:40000 - "POST /v1/responses?stream=false HTTP/1.1" 501 Not Implemented',
+    ],
     "gpu-memory-fault": [
         "Memory access fault by GPU node-2 (Agent handle: 0x55d1c2a0e8f0) on address 0x7f1a2c000000. Reason: Unknown.",
         "HW Exception by GPU node-1 (Agent handle: 0x5603d2c0) reason :GPU Hang",
@@ -227,36 +233,185 @@ def test_old_false_alarms_pass(line: str) -> None:
     assert f.ok is True, f.message
 
 
-def _rejected_request(exc: str, status: str) -> list[str]:
-    h = f"{A}ERROR 12-01 07:55:40 [serving.py:210] "
-    return [
-        f"{h}Error in preprocessing prompt inputs",
-        f"{h}Traceback (most recent call last):",
-        f'{h}  File "/opt/venv/lib/python3.11/site-packages/vllm/entrypoints/openai/serving.py", line 205, in create',
-        f"{h}    assert request.max_tokens is None or request.max_tokens > 0",
-        f"{h}{exc}",
-        f'{A}INFO:     172.17.0.1:36966 - "POST /v1/completions HTTP/1.1" {status}',
-    ]
+# ----- client errors: excused only when tied to their own request's 4xx answer and raised in validation -----
+
+SITE = "/opt/venv/lib/python3.11/site-packages"
+H = f"{A}ERROR 12-01 07:55:40 [http.py:18] "
 
 
-def test_assertion_error_of_a_rejected_request_is_allowed_but_not_when_the_server_answers_500() -> None:
-    ok, _ = _insert_after(
-        _cpu(), '"GET /metrics HTTP/1.1" 200 OK', _rejected_request("AssertionError", "400 Bad Request")
+def _handler_record(lead: str, frames: list[tuple[str, str]], exc: str, h: str = H) -> list[str]:
+    """What vLLM's exception handler logs with logger.exception (--log-error-stack): its record naming the
+    request, then the traceback, every line under the record's header. `frames`: (file under site-packages,
+    code line), outermost first."""
+    out = [f"{h}{lead}", f"{h}Traceback (most recent call last):"]
+    for i, (path, code) in enumerate(frames):
+        out += [f'{h}  File "{SITE}/{path}", line {100 + i}, in f{i}', f"{h}    {code}"]
+    return [*out, f"{h}{exc}"]
+
+
+def _access(status: str, path: str = "/v1/completions", client: str = "172.17.0.1:36966") -> str:
+    return f'{A}INFO:     {client} - "POST {path} HTTP/1.1" {status}'
+
+
+# A validation error raised in the completion request's own schema (entrypoints/openai/completion/protocol.py).
+VALIDATION_FRAMES = [
+    ("starlette/middleware/exceptions.py", "await self.app(scope, receive, sender)"),
+    ("fastapi/routing.py", "raw_response = await run_endpoint_function(...)"),
+    ("vllm/entrypoints/openai/completion/api_router.py", "generator = await handler.create_completion(request)"),
+    ("vllm/entrypoints/openai/completion/protocol.py", "raise VLLMValidationError(msg, parameter='stop')"),
+]
+CLIENT_ERROR = _handler_record(
+    "HTTPException caught. Request id: cmpl-8f2c41d0a7b34e55",
+    VALIDATION_FRAMES,
+    "fastapi.exceptions.HTTPException: 400: stop must be a string or a list of strings",
+)
+
+
+def _fault_lines(message: str) -> list[str]:
+    return [m.strip() for m in message.splitlines() if m.strip().startswith("line ")]
+
+
+def test_a_client_error_tied_to_its_own_request_is_allowed() -> None:
+    """The record names its request (cmpl-...: a /v1/completions request), the next line of its API server
+    is the access line answering it 400 (what the exception says), and it was raised in protocol code."""
+    text, _ = _insert_after(_cpu(), '"GET /metrics HTTP/1.1" 200 OK', [*CLIENT_ERROR, _access("400 Bad Request")])
+    f = logcheck.check_faults(text)
+    assert f.ok is True and "client-error-answered-4xx x1" in f.message, f.message
+    # Other processes may write between the record and its answer; its own process may not.
+    other = f"{E}INFO 12-01 07:55:40 [core.py:1] Engine 000: Running: 1 reqs"
+    lines = [*CLIENT_ERROR, other, _access("400 Bad Request")]
+    assert logcheck.check_faults(_insert_after(_cpu(), '"GET /metrics HTTP/1.1" 200 OK', lines)[0]).ok is True
+
+
+def test_without_a_traceback_a_client_error_needs_vllms_own_bad_request_verdict() -> None:
+    """vLLM 0.30 logs `Exception caught. Request id: ID` without the exception. With --enable-log-requests
+    its engine client logs `Request ID failed (bad request)` for a VLLMClientError first: tied by the id."""
+    rid = "chatcmpl-5a0e9d1c2b7f4e31"
+    verdict = (
+        f"{A}INFO 12-01 07:55:40 [async_llm.py:734] Request {rid} failed (bad request): This model's maximum "
+        "context length is 2048 tokens. However, your request has 4100 input tokens.."
     )
+    record = f"{A}ERROR 12-01 07:55:40 [exception.py:16] Exception caught. Request id: {rid}"
+    answer = _access("400 Bad Request", "/v1/chat/completions")
+    ok, _ = _insert_after(_cpu(), '"GET /metrics HTTP/1.1" 200 OK', [verdict, record, answer])
     f = logcheck.check_faults(ok)
     assert f.ok is True and "client-error-answered-4xx x1" in f.message, f.message
-    bad, no = _insert_after(
-        _cpu(), '"GET /metrics HTTP/1.1" 200 OK', _rejected_request("AssertionError", "500 Internal Server Error")
+    # Without vLLM's verdict, the record says neither which exception it was nor where it was raised.
+    bare, no = _insert_after(_cpu(), '"GET /metrics HTTP/1.1" 200 OK', [record, answer])
+    f = logcheck.check_faults(bare)
+    assert f.ok is False, f.message
+    (hit,) = _fault_lines(f.message)
+    assert hit.startswith(f"line {no} [error-level]: {record}"), hit
+    assert "carries no traceback" in hit and "cannot be checked" in hit, hit
+    # A verdict for another request ties nothing.
+    other = verdict.replace(rid, "chatcmpl-0000000000000000")
+    f = logcheck.check_faults(_insert_after(_cpu(), '"GET /metrics HTTP/1.1" 200 OK', [other, record, answer])[0])
+    assert f.ok is False and "carries no traceback" in f.message, f.message
+
+
+STATS = f"{A}INFO 12-01 07:55:41 [loggers.py:315] Engine 000: Running: 3 reqs, Waiting: 0 reqs"
+
+
+def test_a_500_traceback_followed_by_another_clients_400_fails() -> None:
+    """Concurrency: the next access line of the process can belong to another client. Each mix-up that
+    the log can show fails, naming the error and why it is not the answer to it."""
+    server_error = _handler_record(
+        "HTTPException caught. Request id: cmpl-77aa10be0c5d4f02",
+        [("vllm/entrypoints/serve/elastic_ep/api_router.py", 'raise HTTPException(500, "Scale failed")')],
+        "fastapi.exceptions.HTTPException: 500: Scale failed",
     )
-    f = logcheck.check_faults(bad)
-    assert f.ok is False and f"line {no + 4} [error-level, traceback]" in f.message, f.message
-    # a GPU fault is never a client error, whatever the answer
-    gpu, _ = _insert_after(
-        _cpu(),
-        '"GET /metrics HTTP/1.1" 200 OK',
-        _rejected_request("torch.AcceleratorError: CUDA error", "400 Bad Request"),
+    cases = {
+        # the error is a 500; the 400 after it answers someone else (its own 500 never came: client gone)
+        "status": ([*server_error, _access("400 Bad Request", client="172.17.0.9:41000")], "vLLM answers"),
+        # a client error of a /v1/completions request; the 400 after it answers a chat request
+        "endpoint": (
+            [*CLIENT_ERROR, _access("400 Bad Request", "/v1/chat/completions", "172.17.0.9:41000")],
+            "cmpl-8f2c41d0a7b34e55 is a request to /v1/completions",
+        ),
+        # something else of its process came first: the access line is not its answer
+        "not next": ([*CLIENT_ERROR, STATS, _access("400 Bad Request")], "its answer is not in the log"),
+    }
+    for name, (lines, why) in cases.items():
+        text, no = _insert_after(_cpu(), '"GET /metrics HTTP/1.1" 200 OK', lines)
+        f = logcheck.check_faults(text)
+        assert f.ok is False, f"{name}: {f.message}"
+        (hit,) = _fault_lines(f.message)
+        assert hit.startswith(f"line {no} [error-level, traceback] (traceback block, lines {no}-"), f"{name}: {hit}"
+        assert "ended by fastapi.exceptions.HTTPException: " in hit and why in hit, f"{name}: {hit}"
+
+
+def test_a_server_side_value_error_answered_400_fails() -> None:
+    """vLLM answers a ValueError 400 wherever it was raised; one raised in the model runner is the server's."""
+    frames = [
+        ("fastapi/routing.py", "raw_response = await run_endpoint_function(...)"),
+        ("vllm/entrypoints/openai/completion/serving.py", "outputs = await self.engine_client.generate(...)"),
+        ("vllm/v1/worker/gpu_model_runner.py", "raise ValueError(f'block table overflow: {n} > {cap}')"),
+    ]
+    exc = "ValueError: block table overflow: 4097 > 4096"
+    lines = [*_handler_record("HTTPException caught. Request id: cmpl-1b9d", frames, exc), _access("400 Bad Request")]
+    text, no = _insert_after(_cpu(), '"GET /metrics HTTP/1.1" 200 OK', lines)
+    f = logcheck.check_faults(text)
+    assert f.ok is False, f.message
+    (hit,) = _fault_lines(f.message)
+    assert hit.startswith(f"line {no} [error-level, traceback] (traceback block, lines {no}-{no + 8})"), hit
+    assert f"ended by {exc} (line {no + 8})" in hit, hit
+    assert "comes from engine, model or worker code (vllm/v1/worker/gpu_model_runner.py line 102" in hit, hit
+    assert f"vLLM answered it 400 (line {no + 9}" in hit, hit
+    # The same ValueError raised in serving code (not validation) is not excused either.
+    serving = [*frames[:2], ("vllm/entrypoints/openai/completion/serving.py", "raise ValueError('bad state')")]
+    lines = [*_handler_record("HTTPException caught. Request id: cmpl-1b9d", serving, "ValueError: bad state"),
+             _access("400 Bad Request")]  # fmt: skip
+    f = logcheck.check_faults(_insert_after(_cpu(), '"GET /metrics HTTP/1.1" 200 OK', lines)[0])
+    assert f.ok is False and "which is not request validation or protocol code" in f.message, f.message
+
+
+def test_a_client_error_without_its_request_id_is_not_excused() -> None:
+    """`Request id: None`: the body failed validation before an endpoint ran; nothing ties it to an answer."""
+    record = _handler_record(
+        "RequestValidationError caught. Request id: None",
+        [("fastapi/routing.py", "raise RequestValidationError(errors)")],
+        "fastapi.exceptions.RequestValidationError: 1 validation error: max_tokens: Input should be a valid integer",
     )
-    assert logcheck.check_faults(gpu).ok is False
+    f = logcheck.check_faults(_insert_after(_cpu(), '"GET /metrics HTTP/1.1" 200 OK', [*record, _access("400")])[0])
+    assert f.ok is False and "names no request (`Request id: None`)" in f.message, f.message
+
+
+def test_a_5xx_access_line_fails_even_after_a_client_error_record() -> None:
+    lines = [*CLIENT_ERROR, _access("500 Internal Server Error")]
+    text, no = _insert_after(_cpu(), '"GET /metrics HTTP/1.1" 200 OK', lines)
+    f = logcheck.check_faults(text)
+    assert f.ok is False, f.message
+    hits = _fault_lines(f.message)
+    assert len(hits) == 2, f.message
+    assert "vLLM answers fastapi.exceptions.HTTPException: 400: stop must be" in hits[0], hits[0]
+    assert hits[1] == (
+        f'line {no + 11} [http-5xx]: {A}INFO:     172.17.0.1:36966 - "POST /v1/completions HTTP/1.1" 500 Internal '
+        "Server Error"
+    ), hits[1]
+
+
+def test_a_gpu_fault_is_never_a_client_error() -> None:
+    gpu = _handler_record(
+        "HTTPException caught. Request id: cmpl-8f2c41d0a7b34e55",
+        VALIDATION_FRAMES,
+        "torch.AcceleratorError: CUDA error: an illegal memory access was encountered",
+    )
+    f = logcheck.check_faults(_insert_after(_cpu(), '"GET /metrics HTTP/1.1" 200 OK', [*gpu, _access("400")])[0])
+    assert f.ok is False and "gpu-memory-fault" in f.message, f.message
+
+
+def test_an_unknown_model_error_is_tied_to_its_404() -> None:
+    """`Error with model error=ErrorInfo(..., code=404)` is excused by its own answer: the next line of its
+    process answers 404 (the real CPU log); another answer there ties nothing."""
+    assert logcheck.check_faults(_cpu()).ok is True
+    text = _cpu().replace(
+        '"POST /v1/chat/completions HTTP/1.1" 404 Not Found', '"POST /v1/chat/completions HTTP/1.1" 400 Bad Request', 1
+    )
+    f = logcheck.check_faults(text)
+    assert f.ok is False, f.message
+    (hit,) = _fault_lines(f.message)
+    assert "Error with model error=ErrorInfo(message='The model `nope` does not exist.'" in hit, hit
+    assert "answers another request: this one was answered 404" in hit, hit
 
 
 def _shutdown_traceback(h: str) -> list[str]:
@@ -281,9 +436,11 @@ def test_engine_dead_traceback_after_an_unrelated_shutting_down_line_fails() -> 
         text, no = _insert_after(_cpu(), '"GET /metrics HTTP/1.1" 200 OK', [before, *_shutdown_traceback(h)])
         f = logcheck.check_faults(text)
         assert f.ok is False, f.message
-        assert f"line {no + 5} [error-level, traceback, engine-died] (traceback block, lines {no + 1}-{no + 5})" in (
-            f.message
-        ), f.message
+        assert (
+            f"line {no + 1} [error-level, traceback, engine-died] (traceback block, lines {no + 1}-{no + 5}): {h}"
+            "AsyncLLM output_handler failed. -- ended by vllm.v1.engine.exceptions.EngineDeadError: EngineCore "
+            f"encountered an issue. See stack trace (above) for the root cause. (line {no + 5})"
+        ) in f.message, f.message
     # The same traceback with the real [shutdown] sequence before it (the recorded logs) is allowed.
     assert logcheck.check_faults(_cpu()).ok is True
 
@@ -297,8 +454,11 @@ def test_a_worker_traceback_that_did_not_kill_the_engine_fails() -> None:
     ]
     text, no = _insert_after(_cpu(), '"POST /v1/completions HTTP/1.1" 200 OK', tb, nth=2)
     f = logcheck.check_faults(text)
-    assert f.ok is False and f"line {no + 3} [traceback] (traceback block, lines {no}-{no + 3})" in f.message
-    assert "KeyError: 'req-17'" in f.message
+    assert f.ok is False
+    assert (
+        f"line {no} [traceback] (traceback block, lines {no}-{no + 3}): {W}Traceback (most recent call last): -- "
+        f"ended by KeyError: 'req-17' (line {no + 3})"
+    ) in f.message, f.message
 
 
 def test_aiter_builds_before_the_server_is_up_are_allowed() -> None:

@@ -29,6 +29,14 @@ FAULTS = {
     "rocm_memory_fault.log": ("faults", ["Memory access fault by GPU node-2"]),
     "kernel_assert.log": ("faults", ["kernel-assert", "Assertion `prefix_lse_idx < num_tokens` failed"]),
     "engine_dead_midrun.log": ("faults", ["engine-died", "EngineDeadError"]),
+    # a traceback is named by its first line and the exception that ended it (issue 22 item 4)
+    "engine_died_under_load.log": (
+        "faults",
+        [
+            "EngineCore encountered a fatal error. -- ended by IndexError: index 4096 is out of bounds for "
+            "dimension 0 with size 4096",
+        ],
+    ),
 }
 
 

@@ -1,4 +1,4 @@
-"""Checks on a vLLM server log (REFERENCE section 4), as pure functions of the log text.
+"""Checks on a vLLM server log, as pure functions of the log text.
 
 Each check returns a `Finding`: ``ok`` (True, False, or None when the check does not apply to the
 profile, with the reason) and a message that says what was expected and what was seen. Lines are
@@ -6,13 +6,16 @@ matched as families, so the wording of vLLM 0.26-0.33 (with or without the `(Pro
 `GPU`/`CPU` KV cache, 0.30 and 0.33 auto-fit texts) is all recognised.
 
 The fault check denies by default: every ERROR/CRITICAL record, every traceback and every line of a
-fault family (vfleet.verify.logrules.FAMILIES) fails it unless an entry of ALLOW
-(vfleet.verify.logallow) matches. A log that cannot be read (empty, binary, cut mid-line, not vLLM's
-format, another vLLM version; vfleet.verify.logparse) fails every check that would otherwise pass,
-with what could not be read: no check passes a log it could not parse.
+fault family (vfleet.verify.logrules.FAMILIES), and every access line answering 5xx, fails it unless
+an entry of ALLOW (vfleet.verify.logallow) matches; a traceback is named by its first line and the
+exception that ended it. A log that cannot be read (empty, binary, cut mid-line, not vLLM's format,
+another vLLM version; vfleet.verify.logparse) fails every check that would otherwise pass, with what
+could not be read: no check passes a log it could not parse. Colored and JSON logs are read as the
+plain one (logparse).
 
-The parts: logparse reads the log, logallow holds the allow-list, loggraphs works out graph mode per
-model; this module holds the checks and their registry, and re-exports the others' names.
+The parts: logparse reads the log, logallow holds the allow-list, logrequests ties an error to its
+request's answer and its exception to where it was raised, loggraphs works out graph mode per model;
+this module holds the checks and their registry, and re-exports the others' names.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from vfleet.verify.loggraphs import (
 )
 from vfleet.verify.logparse import (
     ACCESS_RE,
+    ANSI_RE,
     CHAINED_RE,
     EXCEPTION_LINE_RE,
     GLOG_LEVELS,
@@ -66,6 +70,7 @@ from vfleet.verify.logparse import (
     parse,
     split_events,
 )
+from vfleet.verify.logrequests import access
 from vfleet.verify.logrules import FAMILY_IDS, line_families
 
 if TYPE_CHECKING:
@@ -76,6 +81,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ACCESS_RE",
     "ALLOW",
+    "ANSI_RE",
     "AUTOFIT_RE",
     "BACKEND_RE",
     "CHAINED_RE",
@@ -178,6 +184,9 @@ def scan_faults(log: str | ParsedLog, graphs_expected: bool = True) -> FaultScan
                 here.append("error-level")
             if TRACEBACK_RE.search(ln.text):
                 here.append("traceback")
+            answer = access(ln)
+            if answer is not None and answer.status >= 500:
+                here.append("http-5xx")
             here += line_families(ln.text, graphs_expected)
             if here:
                 ev.hits.append((ln, here))
@@ -187,6 +196,7 @@ def scan_faults(log: str | ParsedLog, graphs_expected: bool = True) -> FaultScan
         ev.families = sorted(fams, key=FAMILY_IDS.index)
         entry = next((a for a in ALLOW if set(fams) <= a.covers and a.match(ev, parsed)), None)
         if entry is None:
+            ev.notes = [f"{a.id}: {why}" for a in ALLOW if set(fams) <= a.covers and (why := a.explain(ev, parsed))]
             denied.append(ev)
         else:
             allowed.append((ev, entry))
@@ -194,17 +204,31 @@ def scan_faults(log: str | ParsedLog, graphs_expected: bool = True) -> FaultScan
 
 
 def _describe(ev: Event) -> str:
-    """`line N [families]: the line`, for the line that best shows the fault (the first with a runtime
-    family, else the exception line of a traceback, else the first)."""
-    pattern_hits = [(ln, f) for ln, f in ev.hits if set(f) - {"error-level", "traceback"}]
-    if pattern_hits:
-        ln = pattern_hits[0][0]
-    elif ev.is_traceback and ev.exception_types():
-        ln = next(x for x in reversed(ev.lines) if EXCEPTION_LINE_RE.match(x.msg) and x.msg[:1] not in (" ", "\t"))
+    """`line N [families]: the line`. A traceback is named by its first line (the record that introduces
+    it) and the exception that ended it, its type and message (and the first one raised, when a chain
+    started elsewhere); another event by the line that best shows the fault (the first with a runtime
+    family, else the first). Then why an allow-list entry of its kind did not excuse it."""
+    fams = ", ".join(ev.families)
+    if ev.is_traceback:
+        secs = ev.sections()
+        end = secs[-1].exc if secs else None
+        if end is None:
+            ended = "ended by no exception line (the traceback is cut off)"
+        else:
+            ended = f"ended by {end.msg.strip()[:300]} (line {end.no})"
+            root = secs[0].exc
+            if len(secs) > 1 and root is not None and root.msg.strip() != end.msg.strip():
+                ended += f"; first raised: {root.msg.strip()[:200]} (line {root.no})"
+        if ev.first.from_json and ev.first.no == ev.last.no:
+            span = f" (traceback in the JSON record of line {ev.first.no})"
+        else:
+            span = f" (traceback block, lines {ev.first.no}-{ev.last.no})"
+        out = f"line {ev.first.no} [{fams}]{span}: {ev.first.text.strip()[:200]} -- {ended}"
     else:
-        ln = ev.hits[0][0]
-    span = f" (traceback block, lines {ev.first.no}-{ev.last.no})" if len(ev.lines) > 1 else ""
-    return f"line {ln.no} [{', '.join(ev.families)}]{span}: {ln.text.strip()[:300]}"
+        pattern_hits = [(ln, f) for ln, f in ev.hits if set(f) - {"error-level", "traceback"}]
+        ln = pattern_hits[0][0] if pattern_hits else ev.hits[0][0]
+        out = f"line {ln.no} [{fams}]: {ln.text.strip()[:300]}"
+    return out + "".join(f"; not excused ({note})" for note in ev.notes)
 
 
 def check_faults(log: str | ParsedLog, graphs_expected: bool = True) -> Finding:
@@ -234,8 +258,7 @@ def check_faults(log: str | ParsedLog, graphs_expected: bool = True) -> Finding:
 
 def attention_backends(text: str | ParsedLog) -> list[str]:
     """The attention backends the log names ('Using X backend' lines), sorted."""
-    raw = text.text if isinstance(text, ParsedLog) else text
-    return sorted({m.group(1) for m in BACKEND_RE.finditer(raw)})
+    return sorted({m.group(1) for m in BACKEND_RE.finditer(as_log(text).plain)})
 
 
 def check_attention_backend(log: str | ParsedLog, verify: Verify, production: bool = True) -> Finding:
@@ -283,8 +306,7 @@ def check_graph_mode(log: str | ParsedLog, verify: Verify) -> Finding:
 
 
 def kv_tokens(text: str | ParsedLog) -> int | None:
-    raw = text.text if isinstance(text, ParsedLog) else text
-    found = [_num(m.group(2)) for m in KV_RE.finditer(raw)]
+    found = [_num(m.group(2)) for m in KV_RE.finditer(as_log(text).plain)]
     return min(found) if found else None
 
 
@@ -303,7 +325,7 @@ def check_kv_tokens(log: str | ParsedLog, verify: Verify) -> Finding:
 
 def check_autofit(log: str | ParsedLog) -> Finding:
     parsed = as_log(log)
-    m = AUTOFIT_RE.search(parsed.text)
+    m = AUTOFIT_RE.search(parsed.plain)
     if m:
         finding = Finding(
             "autofit",

@@ -25,8 +25,9 @@ DRAFT_CAPTURE_RE = re.compile(r"Capturing model for [\w -]*speculator|Capturing 
 DRAFT_EAGER_RE = re.compile(r"running the draft(?: model)? eager", re.I)
 DRAFT_CONFIG_EAGER_RE = re.compile(r"enforce_eager(?:': |=)True")
 # The V1 model runner (gpu_model_runner.py) captures the drafter inside the target's capture loop and
-# logs no line of its own; its `Graph capturing finished` covers both.
-V1_RUNNER_SRC_RE = re.compile(r"^gpu_model_runner\.py:")
+# logs no line of its own; its `Graph capturing finished` covers both. (A JSON record may name the file
+# without its line.)
+V1_RUNNER_SRC_RE = re.compile(r"^gpu_model_runner\.py(?::|$)")
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,29 @@
-"""Reading a vLLM server log: its line shapes (records, uvicorn, glog, printed lines), the lines as
-`Line`s, what could not be read (`ParsedLog.problems`), and the events the fault check weighs (a
-traceback with the record that introduces it is one event; every other line is one).
+"""Reading a vLLM server log: its line shapes (records, uvicorn, glog, printed lines) in every form vLLM
+writes them, the lines as `Line`s, what could not be read (`ParsedLog.problems`), the events the fault
+check weighs (a traceback with the record that introduces it is one event; every other line is one) and
+the parts of a traceback (`Section`: its frames and the exception that ended it).
+
+The forms: plain text; colored text (vLLM colors level, time, file and process prefix when stdout is a
+terminal, as under `docker run -t`, or with VLLM_LOGGING_COLOR=1; uvicorn colors its lines the same way),
+which reads exactly as the plain text once the color codes are taken out; and one JSON object per record
+(VLLM_LOGGING_CONFIG_PATH with a JSON formatter, as log pipelines use), read when each record names its
+level and message, and refused, with the fix, when it does not.
 
 vfleet.verify.logcheck reads every log through `parse` here; a log with problems fails every check.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from vfleet.verify.logrules import KNOWN_VERSIONS
 
 # ---------------------------------------------------------------------------------------------------
-# Reading the log: line shapes (REFERENCE section 4, and what a real vllm-cpu container of the pinned base prints)
+# Reading the log: line shapes (vLLM's logger format, and what a real vllm-cpu container of the pinned
+# base prints)
 # ---------------------------------------------------------------------------------------------------
 
 # `(APIServer pid=1) `, nested as `(EngineCore pid=1566) (APIServer pid=1484) ` when a child's output
@@ -40,22 +50,83 @@ CHAINED_RE = re.compile(
     r"The above exception was the direct cause of the following exception:)"
 )
 EXCEPTION_LINE_RE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::|$)")
+# `  File "/opt/venv/lib/python3.11/site-packages/vllm/v1/engine/core.py", line 1003, in run_engine_core`
+FRAME_RE = re.compile(r'^\s+File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
+# The exception line a traceback ends with: `torch.AcceleratorError: CUDA error: ...`, `AssertionError`.
+EXCEPTION_RE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?:: ?(?P<message>.*))?$")
 VERSION_RES = (
     re.compile(r"\bversion (\d+)\.(\d+)\.\d+\S*\s*$"),  # the start-up banner
     re.compile(r"Initializing a V1 LLM engine \(v(\d+)\.(\d+)\.\d+"),
     re.compile(r"vLLM API server version (\d+)\.(\d+)\.\d+"),
 )
 READY_RE = re.compile(r"Application startup complete\.|Starting vLLM server on ")
+# Terminal color and cursor codes (CSI sequences): vLLM's ColoredFormatter and process prefix, uvicorn's
+# colored level and status. They carry no text of the log.
+ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+# A JSON record: its message, its level, and text that Python's logging adds after the message (the
+# traceback of logger.exception, a stack). python-json-logger names them so; `msg`, `level` and `severity`
+# are what other JSON formatters use.
+JSON_MESSAGE_KEYS = ("message", "msg")
+JSON_LEVEL_KEYS = ("levelname", "level", "severity", "log.level")
+JSON_TRAILER_KEYS = ("exc_info", "exc_text", "stack_info")
+#: What to give a JSON formatter so its records can be read; named in the problem a level-less log gets.
+JSON_FORMAT_FIX = (
+    '"format": "%(asctime)s %(levelname)s %(name)s %(filename)s %(lineno)d %(message)s" in the JSON formatter of '
+    "the file VLLM_LOGGING_CONFIG_PATH names (python-json-logger), or unset VLLM_LOGGING_CONFIG_PATH for vLLM's "
+    "text format"
+)
+_ACCESS_MESSAGE_RE = re.compile(r'^\S+:\d+ - "[A-Z]+ \S+ HTTP/[\d.]+" \d{3}\b')
 
 
 @dataclass(frozen=True)
 class Line:
-    no: int  # 1-based
-    text: str
+    no: int  # 1-based line of the file; the lines of one JSON record share it
+    text: str  # the line as it reads without color codes; a JSON record's lines in vLLM's text layout
     level: str | None  # DEBUG..CRITICAL for records, None for other lines
-    proc: str | None  # the innermost `(Name pid=N)` of the prefix
-    src: str | None  # `file.py:N` of a vLLM record
-    msg: str  # the text after the record header (the whole line for other lines)
+    proc: str | None  # the innermost `(Name pid=N)` of the prefix, as `Name:N`
+    src: str | None  # `file.py:N` of a vLLM record (a glog line's source file too)
+    msg: str  # the text after the record header (the whole line, less its prefix, for other lines)
+    kind: str = "other"  # "record" (vLLM's logger), "uvicorn", "glog" or "other" (printed)
+    from_json: bool = False  # a line of a JSON record
+    pos: int = 0  # the index in ParsedLog.lines
+
+
+@dataclass(frozen=True)
+class Frame:
+    path: str
+    line: int
+    func: str
+
+
+@dataclass
+class Section:
+    """One traceback of a (maybe chained) exception: its frames, outermost first, and the line naming the
+    exception that ended it (None when the traceback was cut off)."""
+
+    start: Line
+    frames: list[Frame] = field(default_factory=list)
+    exc: Line | None = None
+
+    @property
+    def exc_text(self) -> str:
+        return self.exc.msg.strip() if self.exc else ""
+
+    @property
+    def exc_type(self) -> str | None:
+        """The exception's type as the traceback names it (`torch.AcceleratorError`)."""
+        m = EXCEPTION_RE.match(self.exc_text)
+        return m.group("type") if m else None
+
+    @property
+    def short_type(self) -> str | None:
+        t = self.exc_type
+        return t.rsplit(".", 1)[-1] if t else None
+
+    @property
+    def exc_message(self) -> str:
+        m = EXCEPTION_RE.match(self.exc_text)
+        return (m.group("message") or "") if m else self.exc_text
 
 
 @dataclass
@@ -65,6 +136,8 @@ class Event:
     lines: list[Line]
     families: list[str] = field(default_factory=list)
     hits: list[tuple[Line, list[str]]] = field(default_factory=list)
+    #: why an allow-list entry that speaks of this kind of event did not excuse it
+    notes: list[str] = field(default_factory=list)
 
     @property
     def first(self) -> Line:
@@ -78,14 +151,36 @@ class Event:
     def is_traceback(self) -> bool:
         return any(TRACEBACK_RE.search(ln.text) for ln in self.lines)
 
-    def exception_types(self) -> list[str]:
-        """The exception types a traceback block ends in (one per chained traceback)."""
-        found = []
+    def sections(self) -> list[Section]:
+        """The tracebacks of the block, in the order printed (a chained exception's cause first)."""
+        out: list[Section] = []
+        cur: Section | None = None
+        in_frames = False
         for ln in self.lines:
-            m = EXCEPTION_LINE_RE.match(ln.msg)
-            if m and not ln.msg.startswith(("Traceback", " ", "\t")) and m.group("type") not in ("During", "The"):
-                found.append(m.group("type").rsplit(".", 1)[-1])
-        return found
+            msg = ln.msg
+            if TRACEBACK_RE.match(msg.lstrip()):
+                cur = Section(ln)
+                out.append(cur)
+                in_frames = True
+                continue
+            if cur is None or not in_frames:
+                continue
+            frame = FRAME_RE.match(msg)
+            if frame:
+                cur.frames.append(Frame(frame.group("path"), int(frame.group("line")), frame.group("func")))
+            elif msg.strip() and msg[:1] not in (" ", "\t") and not CHAINED_RE.match(msg):
+                cur.exc = ln  # the first unindented line after the frames
+                in_frames = False
+        return out
+
+    def exception_types(self) -> list[str]:
+        """The exception types a traceback block ends in (one per chained traceback; `?` for one cut off)."""
+        return [s.short_type or "?" for s in self.sections()]
+
+    def final(self) -> Section | None:
+        """The traceback of the exception that ended the block (the last of a chain)."""
+        secs = self.sections()
+        return secs[-1] if secs else None
 
 
 @dataclass
@@ -100,25 +195,105 @@ class ParsedLog:
     def readable(self) -> bool:
         return not self.problems
 
+    @property
+    def plain(self) -> str:
+        """The log as text without color codes, a JSON record as its lines in vLLM's text layout."""
+        return "\n".join(ln.text for ln in self.lines)
 
-def _parse_line(no: int, text: str) -> Line:
-    # A tqdm bar rewrites itself with \r; the last state is what the line shows.
-    for rx in (VLLM_RECORD_RE, UVICORN_RE):
+
+def _proc(prefix: str) -> str | None:
+    procs = PROC_NAME_RE.findall(prefix)
+    return procs[-1][0] + ":" + procs[-1][1] if procs else None
+
+
+def _json_object(rest: str) -> dict[str, Any] | None:
+    """The record when the line (less its process prefix) is one JSON object with a message."""
+    s = rest.strip()
+    if not (s.startswith("{") and s.endswith("}")):
+        return None
+    try:
+        obj = json.loads(s)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not any(isinstance(obj.get(k), str) for k in JSON_MESSAGE_KEYS):
+        return None
+    return obj
+
+
+def _json_src(obj: dict[str, Any], name: str) -> str:
+    """`file.py:N` when the record has them; else the module its logger is named for (vLLM names each
+    logger after its module: `vllm.v1.worker.gpu_model_runner`)."""
+    filename, lineno = obj.get("filename"), obj.get("lineno")
+    if isinstance(filename, str) and filename:
+        return f"{filename}:{lineno}" if isinstance(lineno, int | str) and str(lineno) else filename
+    module = obj.get("module")
+    if isinstance(module, str) and module:
+        return module + ".py"
+    if name.startswith("vllm."):
+        return name.rsplit(".", 1)[-1] + ".py"
+    return name or "-"
+
+
+def _json_lines(no: int, prefix: str, obj: dict[str, Any], pos: int) -> list[Line] | None:
+    """A JSON record as vLLM's text would show it: one line per line of its message and traceback, all
+    with line number `no`. None when the record names no level."""
+    level = next((str(obj[k]).upper() for k in JSON_LEVEL_KEYS if isinstance(obj.get(k), str) and obj[k]), None)
+    if level is None:
+        return None
+    message = next(obj[k] for k in JSON_MESSAGE_KEYS if isinstance(obj.get(k), str))
+    pieces = message.split("\n")
+    trailers: list[str] = []
+    for key in JSON_TRAILER_KEYS:
+        value = obj.get(key)
+        if isinstance(value, list):  # python-json-logger's exc_info_as_array / stack_info_as_array
+            value = "\n".join(str(x) for x in value)
+        if isinstance(value, str) and value.strip() and value != "None" and value not in trailers:
+            trailers.append(value)
+    for value in trailers:
+        pieces += value.rstrip("\n").split("\n")
+    raw_name = obj.get("name") or obj.get("logger") or obj.get("logger_name")
+    name = raw_name if isinstance(raw_name, str) else ""
+    proc = _proc(prefix)
+    if proc is None:
+        pname, pid = obj.get("vllm_process_name") or obj.get("processName"), obj.get("process")
+        if isinstance(pname, str) and pname and isinstance(pid, int | str):
+            proc = f"{pname}:{pid}"
+    if name.startswith("uvicorn") or (not name and _ACCESS_MESSAGE_RE.match(message)):
+        head, kind, src = f"{prefix}{level}:{' ' * max(1, 8 - len(level))} ", "uvicorn", None
+    else:
+        when = next((obj[k] for k in ("asctime", "timestamp", "time") if isinstance(obj.get(k), str)), "")
+        src = _json_src(obj, name)
+        head, kind = f"{prefix}{level}{' ' + when if when else ''} [{src}] ", "record"
+    return [Line(no, head + p, level, proc, src, p, kind, True, pos + i) for i, p in enumerate(pieces)]
+
+
+def _parse_line(no: int, raw: str, pos: int, levelless: list[tuple[int, dict[str, Any]]]) -> list[Line]:
+    """One line of the file as its Line (a JSON record: its lines); a JSON record without a level goes to
+    `levelless`."""
+    text = ANSI_RE.sub("", raw)
+    if text.endswith("\r"):  # vLLM ends the lines of a multi-line record with \r\n
+        text = text[:-1]
+    for rx, kind in ((VLLM_RECORD_RE, "record"), (UVICORN_RE, "uvicorn")):
         m = rx.match(text)
         if m:
-            procs = PROC_NAME_RE.findall(m.group("procs"))
-            src = m.groupdict().get("src")
-            return Line(no, text, m.group("level"), procs[-1][0] + ":" + procs[-1][1] if procs else None, src,
-                        m.group("msg"))  # fmt: skip
+            return [
+                Line(no, text, m.group("level"), _proc(m.group("procs")), m.groupdict().get("src"), m.group("msg"),
+                     kind, pos=pos)
+            ]  # fmt: skip
     m = GLOG_RE.match(text)
     if m:
-        procs = PROC_NAME_RE.findall(m.group("procs"))
-        proc = procs[-1][0] + ":" + procs[-1][1] if procs else None
-        return Line(no, text, GLOG_LEVELS[m.group("sev")], proc, m.group("src"), m.group("msg"))
+        level = GLOG_LEVELS[m.group("sev")]
+        return [Line(no, text, level, _proc(m.group("procs")), m.group("src"), m.group("msg"), "glog", pos=pos)]
     m = re.match(PROC_PREFIX, text)
-    procs = PROC_NAME_RE.findall(m.group("procs")) if m else []
-    proc = procs[-1][0] + ":" + procs[-1][1] if procs else None
-    return Line(no, text, None, proc, None, text[m.end() :] if m else text)
+    prefix = m.group("procs") if m else ""
+    rest = text[len(prefix) :]
+    obj = _json_object(rest)
+    if obj is not None:
+        lines = _json_lines(no, prefix, obj, pos)
+        if lines is not None:
+            return lines
+        levelless.append((no, obj))
+    return [Line(no, text, None, _proc(prefix), None, rest, pos=pos)]
 
 
 def _control_chars(text: str) -> int:
@@ -146,7 +321,17 @@ def parse(text: str) -> ParsedLog:
             f"the log ends mid-line (line {len(raw):,} has no line end: {raw[-1].strip()[:80]!r}); it was cut off, "
             "so what followed is unknown"
         )
-    lines = [_parse_line(i + 1, t) for i, t in enumerate(raw)]
+    lines: list[Line] = []
+    levelless: list[tuple[int, dict[str, Any]]] = []
+    for i, t in enumerate(raw):
+        lines += _parse_line(i + 1, t, len(lines), levelless)
+    if levelless:
+        no, obj = levelless[0]
+        problems.append(
+            f"line {no}: a JSON log record that names no level ({len(levelless):,} such records; its fields: "
+            f"{', '.join(sorted(obj))[:160]}): a JSON log is read when every record names its level and message; "
+            f"give it a level: {JSON_FORMAT_FIX}"
+        )
     unknown_levels = [ln for ln in lines if ln.level is not None and ln.level not in LEVELS]
     if unknown_levels:
         ln = unknown_levels[0]
@@ -154,10 +339,11 @@ def parse(text: str) -> ParsedLog:
             f"line {ln.no}: level {ln.level!r} is not one vLLM's logger writes ({', '.join(LEVELS)}): "
             f"{ln.text.strip()[:120]}"
         )
-    if not any(ln.src is not None and VLLM_RECORD_RE.match(ln.text) for ln in lines):
+    if not any(ln.kind == "record" for ln in lines):
         problems.append(
-            "no line in vLLM's log format (`[(Proc pid=N) ]LEVEL MM-DD HH:MM:SS [file.py:N] message`, REFERENCE "
-            "section 4): another vLLM version's wording, or not a vLLM log"
+            "no line in vLLM's log format (`[(Proc pid=N) ]LEVEL MM-DD HH:MM:SS [file.py:N] message`, colored or "
+            "not, or one JSON object per record with its level and message): another vLLM version's wording, or "
+            "not a vLLM log"
         )
     version = None
     for ln in lines:
@@ -204,6 +390,18 @@ def split_events(lines: list[Line]) -> list[Event]:
     i, n = 0, len(lines)
     while i < n:
         ln = lines[i]
+        if ln.from_json:
+            # A JSON record is one line of the file: its traceback (exc_info) is in it, and nothing else is.
+            j = i + 1
+            while j < n and lines[j].no == ln.no:
+                j += 1
+            group = lines[i:j]
+            if any(TRACEBACK_RE.match(x.msg.lstrip()) for x in group):
+                events.append(Event(group))
+            else:
+                events += [Event([x]) for x in group]
+            i = j
+            continue
         if not TRACEBACK_RE.match(ln.msg.lstrip()):
             events.append(Event([ln]))
             i += 1

@@ -7,9 +7,9 @@ matches. This module holds the families as data: an id, what it is, where the wo
 and the patterns of its lines. The check, the report (figures `log_families`) and docs/boot-verify.md
 read this table; nothing else lists fault wording.
 
-Two families are not patterns but shapes the log parser recognises: `error-level` (a vLLM, uvicorn or
-glog record at ERROR/CRITICAL, `E`/`F`) and `traceback` (a `Traceback (most recent call last):` block,
-whether vLLM logged it or Python printed it).
+Three families are not patterns but shapes the log parser recognises: `error-level` (a vLLM, uvicorn or
+glog record at ERROR/CRITICAL, `E`/`F`), `traceback` (a `Traceback (most recent call last):` block,
+whether vLLM logged it or Python printed it) and `http-5xx` (a uvicorn access line answering 5xx).
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         id="error-level",
         what="a record logged at ERROR or CRITICAL (vLLM, uvicorn, glog E/F)",
-        source="REFERENCE section 4 (vLLM line prefix); Python logging levels; glog severity letters",
+        source="vLLM's logger format (vllm/logger.py, the `(Proc pid=N)` prefix); Python logging levels; glog "
+        "severity letters",
     ),
     Family(
         id="traceback",
@@ -54,9 +55,15 @@ FAMILIES: tuple[Family, ...] = (
         source="Python `Traceback (most recent call last):`; issue 11",
     ),
     Family(
+        id="http-5xx",
+        what="an HTTP access line answering 5xx: the server failed a request",
+        source="uvicorn's access log (`POST /v1/completions HTTP/1.1` answered `500 Internal Server Error`); vLLM "
+        "answers its own failures 5xx (entrypoints/serve/exception_handling/error_response.py); issue 21",
+    ),
+    Family(
         id="gpu-memory-fault",
         what="a GPU memory access fault or illegal address",
-        source="REFERENCE section 4; ROCm runtime (`Memory access fault by GPU node-N`, `HW Exception by GPU`)",
+        source="CUDA runtime messages; ROCm runtime (`Memory access fault by GPU node-N`, `HW Exception by GPU`)",
         patterns=ic(
             r"Memory access fault by GPU",
             r"HW Exception by GPU",
@@ -87,7 +94,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         id="kernel-assert",
         what="an assert in a kernel or in C++ (`Assertion `...` failed`)",
-        source="REFERENCE section 4 (assert strings from attention kernels)",
+        source="assert strings of attention kernels (csrc/attention/*.cu) and C++ asserts",
         patterns=ic(r"Assertion [`'\"].*[`'\"] failed", r"\bassert(?:ion)? failed\b"),
     ),
     Family(
@@ -179,7 +186,7 @@ FAMILIES: tuple[Family, ...] = (
 
 FAMILY_IDS: tuple[str, ...] = tuple(f.id for f in FAMILIES)
 
-#: The vLLM versions whose log wording these checks know (REFERENCE section 4; the H200 fixtures are 0.26).
+#: The vLLM versions whose log wording these checks know (0.26 in the H200 fixtures, 0.30 in the CPU image).
 KNOWN_VERSIONS: tuple[tuple[int, int], tuple[int, int]] = ((0, 26), (0, 33))
 
 
