@@ -641,6 +641,16 @@ def test_nodes_that_pulled_another_image_than_the_gate_verified_stop_before_a_sw
     assert f"but the supply-chain gate verified {other} for {ctx.refs['good-2']}: the tag moved" in text, text[-3000:]
     assert "No container has been swapped" in text
     assert ctx.snapshot() == before
+    # Injected fault (issue 21): the gate skipped (--allow-unsigned, via FAST) while the switch check's fact
+    # says no switch skipped it. An empty verified ID is then no pass: before, any empty one passed.
+    proc = ctx.cli("gate_id_empty", "rollout", "--image", ctx.refs["good-2"], vfleet_node__supply_unchecked=False)
+    assert proc.returncode != 0
+    text = flat(proc.stdout)
+    assert f"the supply-chain gate verified no image ID for {ctx.refs['good-2']}, and no test-fleet switch" in text, (
+        text[-3000:]
+    )
+    assert "No container has been swapped" in text
+    assert ctx.snapshot() == before
 
 
 def test_preflight_refuses_an_image_that_is_not_promoted(ctx: Ctx, tmp_path: Path) -> None:
