@@ -180,12 +180,17 @@ def ctx() -> Iterator[Ctx]:
 def test_fresh_deploy_then_concurrent_rerun_is_idempotent_and_locked(ctx: Ctx) -> None:
     proc = ctx.cli("fresh_deploy", "rollout", "--image", ctx.refs["good-1"])
     assert proc.returncode == 0, proc.stdout[-3000:]
-    # The stand-ins have no build record to sign: the test fleet lets them through, and the run says so.
-    assert f"NOT CHECKED: {ctx.refs['good-1']} goes out without its signature" in flat(proc.stdout)
+    # The stand-ins have no build record to sign, nor a report to promote, nor profiles, and boot-verify is
+    # the stand-in's GET /verify: the test fleet lets the switches through, and the run and each node's
+    # record say which gates were not checked (issue 21).
+    text = flat(proc.stdout)
+    assert "NOT CHECKED: supply chain: the signature, SBOM and provenance of the image are not verified" in text
+    skipped = {"supply chain", "promotion", "serve profiles", "boot-verify"}
     for n in ctx.names:
         ctx.assert_on(n, "good-1")
         rec = ctx.record(n)
         assert rec["state"] == "deployed" and rec["image_id"] == ctx.image_id("good-1")
+        assert {line.split(":")[0] for line in rec["not_checked"]} == skipped, rec["not_checked"]
         assert rec["image"].startswith(ctx.refs["good-1"].rsplit(":", 1)[0] + "@sha256:")
         FIGURES["swap_s"].setdefault("fresh_deploy", {})[n] = rec["swap_seconds"]
     assert not ctx.lock_file(), "the lock outlived a successful rollout"
@@ -684,6 +689,16 @@ def test_nodes_that_pulled_another_image_than_the_gate_verified_stop_before_a_sw
     assert proc.returncode != 0
     text = flat(proc.stdout)
     assert f"but the supply-chain gate verified {other} for {ctx.refs['good-2']}: the tag moved" in text, text[-3000:]
+    assert "No container has been swapped" in text
+    assert ctx.snapshot() == before
+    # Injected fault (issue 21): the gate skipped (--allow-unsigned, via FAST) while the switch check's fact
+    # says no switch skipped it. An empty verified ID is then no pass: before, any empty one passed.
+    proc = ctx.cli("gate_id_empty", "rollout", "--image", ctx.refs["good-2"], vfleet_node__supply_unchecked=False)
+    assert proc.returncode != 0
+    text = flat(proc.stdout)
+    assert f"the supply-chain gate verified no image ID for {ctx.refs['good-2']}, and no test-fleet switch" in text, (
+        text[-3000:]
+    )
     assert "No container has been swapped" in text
     assert ctx.snapshot() == before
 

@@ -376,6 +376,7 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     page, rows = _fleet_page(life, "deploy_A")
     assert [r["provenance"]["status"] for r in rows] == ["verified"] * 3, [r.get("provenance") for r in rows]
     assert "Fleet OK: 3 nodes" in page, page[:4000]
+    assert [r["not_checked"] for r in rows] == [[]] * 3, "deploy A ran with a gate switched off"
     # One request at a time with pauses: vLLM's workers busy-poll for 1 s after each request, and a
     # node that never idles would starve its neighbours' boots on 2 cores.
     api_key = life.fleet.api_key_file.read_text().strip()
@@ -388,7 +389,9 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     # 2. Roll out B (the canary, then the other two together), unchecked by the gate, which says so.
     proc = life.fleet_cmd("rollout_B", "rollout", "--image", life.refs["B"], *unsigned, verbose=True)
     _ok(proc, "rollout B")
-    assert f"NOT CHECKED: {life.refs['B']}" in " ".join(proc.stdout.split()), proc.stdout[-3000:]
+    unchecked = "supply chain: the signature, SBOM and provenance of the image are not verified"
+    assert f"NOT CHECKED: {unchecked}" in " ".join(proc.stdout.split()), proc.stdout[-3000:]
+    assert any(line.startswith(unchecked) for line in life.record(n1)["not_checked"]), life.record(n1)
     life.assert_all_on("B", "rollout B")
     life.keep_node_figures("rollout_B")
 

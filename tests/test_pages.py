@@ -173,6 +173,7 @@ def status_rows(tmp_path: Path) -> list[dict[str, Any]]:
         "healthy": True,
         "balancer": "UP",
         "record_state": "deployed",
+        "not_checked": [],  # a record of a deploy with every gate on (status.yml copies it from the record)
         "verify_out": str(tmp_path / "verify-out"),
     }
     rows = []
@@ -238,6 +239,29 @@ def test_fleet_rollup_is_ok_only_when_every_cell_checks_out(chromium: Browser, t
     r = clean(chromium.render(fleet_html.write(status, tmp_path / "fleet.html"), "fleet-other-image"))
     assert verdict_of(r)[1] == "unknown"
     assert "that report verified" in cells(r, "n1")["verify"][1]
+
+
+def test_a_gate_switched_off_is_not_green(chromium: Browser, tmp_path: Path) -> None:
+    """Issue 21: a deploy on a test fleet with a gate switched off says NOT CHECKED on the page, in the
+    gates column and in the rollup; a record that does not say which gates ran is unknown, not green."""
+    rows = status_rows(tmp_path)[:1]
+    rows[0] |= {
+        "repo_digests": ["registry:5000/vfleet-cpu@sha256:" + "cd" * 32],
+        "provenance": {"status": "verified", "detail": "signed by a trusted key"},
+    }
+    skipped = "promotion: the image is not checked to be promoted (vfleet_node_check_promotion false)"
+    older = rows[0] | {"node": "n2"}
+    del older["not_checked"]
+    rows += [rows[0] | {"node": "n3", "not_checked": [skipped]}, older]
+    status = tmp_path / "status.json"
+    status.write_text(json.dumps(rows))
+    r = clean(chromium.render(fleet_html.write(status, tmp_path / "fleet.html"), "fleet-gates"))
+    assert verdict_of(r) == ("Fleet UNKNOWN: 3 nodes", "unknown")
+    assert cells(r, "n1")["gates"] == ("ok", "no gate switched off")
+    state, text = cells(r, "n3")["gates"]
+    assert state == "unknown" and f"NOT CHECKED: {skipped}" in " ".join(text.split()), text
+    assert cells(r, "n2")["gates"][0] == "unknown" and "does not say which gates ran" in cells(r, "n2")["gates"][1]
+    assert "gates switched off: unknown on 2 of 3 (n3, n2)" in r.page.inner_text("#verdict")
 
 
 @pytest.mark.parametrize("content", [None, "[{", '{"node": "n1"}', "[]"])

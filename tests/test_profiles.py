@@ -296,6 +296,42 @@ def test_production_may_not_excuse_log_or_gpu_checks(config_tree: ConfigTree, ch
     }
 
 
+# Issue 21: production is a fact of the model, set in its model.yaml only.
+@pytest.mark.parametrize(
+    ("rel", "profile"),
+    [
+        ("models/glm-5.3-flash/cuda.yaml", "glm-5.3-flash/h200"),  # family
+        ("models/glm-5.3-flash/sm_90.yaml", "glm-5.3-flash/h200"),  # arch
+        ("models/glm-5.3-flash/h200.yaml", "glm-5.3-flash/h200"),  # platform
+        ("platforms/h200.yaml", "glm-5.3-flash/h200"),  # the platform file
+    ],
+)
+def test_production_is_set_in_the_model_layer_only(
+    config_tree: ConfigTree, capsys: pytest.CaptureFixture[str], rel: str, profile: str
+) -> None:
+    """One line `production: false` outside model.yaml would let one platform's profile excuse the log
+    checks and GPU health: the loader and `vfleet check` refuse it, naming the file and the fix."""
+    config_tree.edit(rel, lambda d: d.__setitem__("production", False))
+    with pytest.raises(ProfileError) as exc:
+        Catalog().load(profile)
+    msg = str(exc.value)
+    assert msg.startswith(f"{config_tree.root / rel}: production: only models/<model>/model.yaml may set it"), msg
+    assert "remove the line here, and set production: false in the model's model.yaml" in msg
+    assert main(["check", profile]) == 1
+    assert f"FAIL {profile}\n  {config_tree.root / rel}: production: only models/<model>/model.yaml" in (
+        capsys.readouterr().err
+    )
+
+
+def test_production_in_model_yaml_is_the_model_fact(config_tree: ConfigTree) -> None:
+    """The healthy case: model.yaml says it, for every platform of the model; a layer above that says
+    nothing leaves it so (tiny's cpu layer, glm's cuda layer)."""
+    config_tree.write("models/tiny/cpu.yaml", "env:\n  VFLEET_TINY_NOTE: '1'\n")
+    assert Catalog().load("tiny/cpu").production is False
+    config_tree.edit("models/glm-5.3-flash/model.yaml", lambda d: d.__setitem__("production", True))
+    assert all(Catalog().load(f"glm-5.3-flash/{p}").production for p in ("h200", "mi355x"))
+
+
 def test_tiny_declares_each_check_it_skips(config_tree: ConfigTree) -> None:
     tiny = Catalog().load("tiny/cpu")
     assert tiny.production is False

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from fleet_helpers import local_inventory
 from supply_helpers import make_key
 
 pytestmark = pytest.mark.slow  # ansible-playbook runs, about 10 s each
@@ -23,35 +23,13 @@ PREVIOUS = "127.0.0.1:9/vfleet/previous@sha256:" + "cd" * 32
 NAMED = "127.0.0.1:9/vfleet/named@sha256:" + "ef" * 32
 
 
-def _node(tmp: Path, record: dict[str, Any] | None, **node_vars: Any) -> Path:
-    """A one-node inventory of this machine; RECORD is the node's deployment record (deployed.json)."""
-    state = tmp / "state"
-    state.mkdir()
+def _node(tmp: Path, record: dict[str, Any] | None) -> Path:
+    """The one-node inventory of fleet_helpers (marked as a test fleet: tiny/cpu is not a production
+    profile) with the promotion check on; RECORD is the node's deployment record (deployed.json)."""
+    inv = local_inventory(tmp, test_fleet=True, vfleet_node_promotions_file=str(tmp / "promotions.jsonl"))
     if record is not None:
-        (state / "deployed.json").write_text(json.dumps(record))
-    node = {
-        "ansible_connection": "local",
-        "ansible_python_interpreter": sys.executable,
-        "vfleet_node_state_dir": str(state),
-        "vfleet_node_env_file": str(state / "secrets.env"),
-        "vfleet_node_model_dir": str(tmp / "models"),
-        "vfleet_node_check_gpus": False,
-        "vfleet_node_promotions_file": str(tmp / "promotions.jsonl"),
-        **node_vars,
-    }
-    doc = {
-        "all": {
-            "vars": {"vfleet_fleet_name": "rb", "vfleet_lb_kind": "none", "vfleet_lock_path": str(tmp / "lock.json")},
-            "children": {
-                "vfleet_nodes": {
-                    "vars": node,
-                    "children": {"cpu_x86": {"vars": {"vfleet_node_profile": "tiny/cpu"}, "hosts": {"rb-node": {}}}},
-                }
-            },
-        }
-    }
-    inv = tmp / "inventory.yml"
-    inv.write_text(yaml.safe_dump(doc))
+        (tmp / "state").mkdir(parents=True, exist_ok=True)
+        (tmp / "state" / "deployed.json").write_text(json.dumps(record))
     return inv
 
 
@@ -120,4 +98,4 @@ def test_an_emergency_rollback_skips_only_the_promotion_lookup_and_says_so(tmp_p
 
 def test_a_node_with_nothing_to_roll_back_to_is_named(tmp_path: Path) -> None:
     out = _rollback(tmp_path, _node(tmp_path, None))
-    assert "rb-node: no previous image recorded" in out, out[-3000:]
+    assert "gate-node: no previous image recorded" in out, out[-3000:]

@@ -163,6 +163,7 @@ class Layer(Strict):
     model: str | None = None
     description: str | None = None
     platforms: list[str] | None = None
+    #: model.yaml only (vfleet.profiles refuses it in the other layers): a fact of the model.
     production: bool | None = None
     vllm: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
@@ -214,8 +215,8 @@ class Profile(Strict):
                 raise ValueError(
                     f"verify.not_applicable: {', '.join(barred)}: a production profile may not declare the log "
                     "checks (test_log[...]) or test_gpu_health not applicable, because they are what catch a "
-                    "bad node that still answers HTTP; remove the entries (or set production: false for a "
-                    "profile that never takes traffic)"
+                    "bad node that still answers HTTP; remove the entries (or set production: false in "
+                    "models/<model>/model.yaml for a model that never takes production traffic)"
                 )
         return self
 

@@ -60,6 +60,16 @@ __all__ = [
 ]
 
 
+#: Issue 21: whether a profile is production (and so may not excuse the log checks or GPU health) is a
+#: fact of the model, said once in its model.yaml; a family, arch, platform or platform-file line would
+#: let one platform's profile excuse them.
+_PRODUCTION_IS_A_MODEL_FACT = (
+    "only models/<model>/model.yaml may set it (whether a model is production is a fact of the model, "
+    "the same on every platform); remove the line here, and set production: false in the model's model.yaml "
+    "for a model that never takes production traffic"
+)
+
+
 def _env_str(value: str | int | float | bool) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
@@ -127,6 +137,8 @@ class Catalog:
         data = _read_yaml(path)
         if not isinstance(data, dict):
             raise ProfileError(f"{path}: expected a mapping of platform facts, got {type(data).__name__}")
+        if "production" in data:
+            raise ProfileError(f"{path}: production: {_PRODUCTION_IS_A_MODEL_FACT}")
         try:
             plat = Platform.model_validate(data)
         except ValidationError as exc:
@@ -190,6 +202,8 @@ class Catalog:
                 for field in ("model", "platforms"):
                     if getattr(layer, field) is not None:
                         raise ProfileError(f"{extra}: {field}: only model.yaml may set it")
+                if layer.production is not None:
+                    raise ProfileError(f"{extra}: production: {_PRODUCTION_IS_A_MODEL_FACT}")
                 layers.append((extra, layer))
 
         vllm: dict[str, Any] = {}

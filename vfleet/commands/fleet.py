@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from vfleet.errors import VfleetError
-from vfleet.fleet.ansible import forks_for, limit_hosts, role_defaults, run_playbook, with_controller
+from vfleet.fleet import inventory as fleet_inventory
+from vfleet.fleet.ansible import check_paths, forks_for, limit_hosts, role_defaults, run_playbook, with_controller
 from vfleet.testing import testfleet
 
 
@@ -151,6 +152,13 @@ def _playbook(args: argparse.Namespace) -> int:
     if args.fleet_command == "lb":
         return run_playbook("lb", inventory, {}, None, args.vault_password_file).returncode
     extra = _extra(args.extra_var)
+    inv = None
+    if args.fleet_command in fleet_inventory.CHECKED:
+        # Issue 21: the test-fleet switches and non-production profiles, refused here on any inventory
+        # that is not a test fleet's (the playbooks refuse them again: docs/fleet.md).
+        check_paths(args.fleet_command, inventory)
+        inv = fleet_inventory.read(inventory, args.vault_password_file)
+        fleet_inventory.check(inv, extra, getattr(args, "allow_unsigned", False))
     run_id = extra.setdefault("vfleet_run_id", new_run_id())
     if getattr(args, "image", None):
         extra["vfleet_image"] = args.image
@@ -189,6 +197,8 @@ def _playbook(args: argparse.Namespace) -> int:
     if getattr(args, "html", None):  # the page must never show an earlier run's status
         Path(extra["vfleet_status_file"]).unlink(missing_ok=True)
     proc = run_playbook(args.fleet_command, inventory, extra, limit, args.vault_password_file, forks=forks)
+    if inv is not None:
+        _say_not_checked(inv, extra, args, run_id)
     if args.fleet_command == "status" and "vfleet_status_file" in extra:
         _add_provenance(Path(extra["vfleet_status_file"]), args.trusted_key, args.supply_store)
     if getattr(args, "html", None):
@@ -204,6 +214,18 @@ def _playbook(args: argparse.Namespace) -> int:
         print("vfleet: where the nodes stand now:")
         run_playbook("status", inventory, common, limit, args.vault_password_file)
     return proc.returncode
+
+
+def _say_not_checked(
+    inv: fleet_inventory.Inventory, extra: dict[str, Any], args: argparse.Namespace, run_id: str
+) -> None:
+    """The run's summary of the gates it did not check (the lines the playbook printed as it went)."""
+    targets = args.targets or extra.get("vfleet_targets") or fleet_inventory.NODES
+    lines = fleet_inventory.not_checked(inv, extra, args.fleet_command, str(targets))
+    if lines:
+        print(f"vfleet: {args.fleet_command} run {run_id} on the test fleet inventory {inv.path} did not check:")
+        for line in lines:
+            print(f"NOT CHECKED: {line}")
 
 
 def _add_provenance(status_file: Path, key_paths: list[Path], store: Path | None) -> None:

@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         doc = {
             "profile": profile.name,
             "model": profile.model,
+            "production": profile.production,
             "platform": profile.platform.model_dump(),
             "vllm": profile.vllm,
             "vllm_config_yaml": config_yaml(profile),

@@ -31,17 +31,22 @@ def ansible_dir() -> Path:
     return PACKAGE_DIR.parent / "ansible"
 
 
-def role_defaults(role: str) -> dict[str, Any]:
-    """The defaults of ROLE as its defaults/main.yml writes them, the one place they are written."""
-    path = ansible_dir() / "roles" / role / "defaults" / "main.yml"
+def role_file(role: str, kind: str) -> dict[str, Any]:
+    """ROLE's KIND/main.yml (defaults, vars) as it is written, the one place its values are written."""
+    path = ansible_dir() / "roles" / role / kind / "main.yml"
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise VfleetError(
-            f"{path}: cannot read the role defaults ({exc.strerror}); run vfleet fleet from a vfleet checkout "
+            f"{path}: cannot read the role {kind} ({exc.strerror}); run vfleet fleet from a vfleet checkout "
             "(the images hold no ansible/ tree)"
         ) from exc
     return dict(data or {})
+
+
+def role_defaults(role: str) -> dict[str, Any]:
+    """The defaults of ROLE as its defaults/main.yml writes them, the one place they are written."""
+    return role_file(role, "defaults")
 
 
 def bin_dir() -> Path:
@@ -61,13 +66,8 @@ def env() -> dict[str, str]:
     return out
 
 
-def playbook_argv(
-    playbook: str,
-    inventory: Path,
-    extra_vars: dict[str, Any],
-    limit: str | None = None,
-    vault_password_file: Path | None = None,
-) -> list[str]:
+def check_paths(playbook: str, inventory: Path) -> tuple[Path, Path]:
+    """(ansible-playbook, the playbook) for a run of PLAYBOOK on INVENTORY, or the error naming what is missing."""
     if playbook not in PLAYBOOKS:
         raise VfleetError(f"unknown playbook {playbook!r}: choose one of {', '.join(PLAYBOOKS)}")
     if not inventory.exists():
@@ -82,6 +82,17 @@ def playbook_argv(
     exe = bin_dir() / "ansible-playbook"
     if not exe.exists():
         raise VfleetError(f"{exe} is missing: install the dev extras (pip install -e '.[dev]') for ansible")
+    return exe, book
+
+
+def playbook_argv(
+    playbook: str,
+    inventory: Path,
+    extra_vars: dict[str, Any],
+    limit: str | None = None,
+    vault_password_file: Path | None = None,
+) -> list[str]:
+    exe, book = check_paths(playbook, inventory)
     argv = [str(exe), "-i", str(inventory), str(book)]
     if extra_vars:
         argv += ["--extra-vars", json.dumps(extra_vars)]

@@ -2,10 +2,11 @@
 ansible/status.yml writes (one row per node) and the boot-verify report directories it names.
 
 Per node: the image and its registry digest, the vLLM version, the patch manifest, the profile and its
-digest, health (container, /health, balancer), the deployment record, the last boot-verify verdict with
-a link to its report.html, and provenance. What could not be read (an unreachable node, a missing or
-unreadable report, a report of another image, provenance nobody checked) is an explicit "unknown"
-with its reason, never a green cell; the rollup at the top is the worst cell of the fleet.
+digest, health (container, /health, balancer), the deployment record, the gates its deploy did not check
+(NOT CHECKED on a test fleet), the last boot-verify verdict with a link to its report.html, and
+provenance. What could not be read (an unreachable node, a missing or unreadable report, a report of
+another image, provenance nobody checked, a record that does not say which gates ran) is an explicit
+"unknown" with its reason, never a green cell; the rollup at the top is the worst cell of the fleet.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ COLUMNS = [
     ("profile", "profile / profiles digest"),
     ("health", "health"),
     ("record", "deployment record"),
+    ("gates", "gates switched off"),
     ("verify", "last boot-verify"),
     ("provenance", "provenance"),
 ]
@@ -119,6 +121,20 @@ def _record(row: dict[str, Any]) -> Cell:
     return html.unknown("no deployment record on the node")
 
 
+def _gates(row: dict[str, Any]) -> Cell:
+    """The gates the node's last deploy did not check (its record's not_checked, issue 21): on a test
+    fleet a switch may turn one off, and the page then says NOT CHECKED instead of green."""
+    if not row.get("record_state"):
+        return html.unknown("no deployment record on the node")
+    skipped = row.get("not_checked")
+    if not isinstance(skipped, list):
+        return html.unknown("the deployment record does not say which gates ran (written before they were recorded)")
+    if not skipped:
+        return Cell("no gate switched off", "ok")
+    lines = "\n".join(f"NOT CHECKED: {s}" for s in skipped)
+    return Cell(lines, "unknown", "turned off by a test-fleet switch (docs/fleet.md); not a pass")
+
+
 def _read_report(d: Path) -> tuple[dict[str, Any] | None, str]:
     src = d / "report.json"
     try:
@@ -189,6 +205,7 @@ def node_cells(row: dict[str, Any]) -> dict[str, Cell]:
         "profile": _profile(row),
         "health": _health(row),
         "record": _record(row),
+        "gates": _gates(row),
         "verify": _verify(row),
         "provenance": _provenance(row),
     }

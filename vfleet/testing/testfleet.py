@@ -24,6 +24,7 @@ import yaml
 
 from vfleet.errors import VfleetError
 from vfleet.fleet.ansible import run_playbook
+from vfleet.fleet.inventory import TEST_FLEET_GROUP
 from vfleet.testing.docker import docker, ids_by_label
 from vfleet.testing.fleetmodel import LABEL, LB_PORT, Fleet, Node, load, state_dir
 from vfleet.testing.images import NODE_IMAGE, build_node_image
@@ -82,7 +83,8 @@ VERIFY_STANDIN = [
 ]
 #: Inventory vars of a stand-in fleet (group vars, so that a per-host fault can override them).
 STANDIN_VARS: dict[str, Any] = {"vfleet_node_verify_argv": VERIFY_STANDIN}
-#: Extra vars of a stand-in fleet run: short polls and bounds (the stand-ins answer at once).
+#: Extra vars of a stand-in fleet run: short polls and bounds (the stand-ins answer at once). The three
+#: switches are honoured, and said NOT CHECKED, because the inventory carries the test-fleet mark.
 STANDIN_FAST: dict[str, Any] = {
     "vfleet_node_check_promotion": False,  # the stand-in images have no boot-verify report to promote
     "vfleet_node_check_profiles": False,  # nor serve profiles (no org.vfleet.profiles.digest label)
@@ -150,16 +152,12 @@ def write_inventory(
             "children": {
                 "vfleet_lb": {"vars": docker_conn, "hosts": {fleet.lb.name: {}}},
                 "vfleet_nodes": {
-                    # vfleet_node_test_fleet: the one place vfleet_node_allow_unsigned is honoured.
-                    "vars": {
-                        **docker_conn,
-                        "vfleet_node_min_free_gb": 1,
-                        "vfleet_node_test_fleet": True,
-                        **key_var,
-                        **(extra_vars or {}),
-                    },
+                    "vars": {**docker_conn, "vfleet_node_min_free_gb": 1, **key_var, **(extra_vars or {})},
                     "children": {group: {"vars": {"vfleet_node_profile": profile}, "hosts": hosts}},
                 },
+                # The test-fleet mark (docs/fleet.md, "Test-fleet switches"): a group holding every host.
+                # Only here may a switch turn a gate off, or a profile that is not production serve.
+                TEST_FLEET_GROUP: {"children": {"vfleet_lb": {}, "vfleet_nodes": {}}},
             },
         }
     }

@@ -1,0 +1,303 @@
+"""Issue 21: the test-fleet switches (vfleet_node__switches in ansible/roles/vfleet_node/vars/main.yml) and
+the production rule, on the real rollout.yml, rollback.yml and verify.yml with one node that is this
+machine (tests/fleet_helpers.py; no container is started).
+
+On an inventory without the test-fleet mark every switch is refused before ansible-playbook starts,
+naming the inventory file and the variable, from the command line and from the inventory alike; run
+with ansible-playbook directly, the playbooks refuse it themselves, and neither the old mark variable,
+a forged `groups` nor a role-internal name passed with -e talks them around it. On a test fleet's
+inventory each switch is honoured and the run says NOT CHECKED for its gate, in the run's output and
+in the CLI's summary, and the deployment record's list reaches the status JSON and the fleet page."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import ConfigTree
+from fleet_helpers import NOWHERE, fleet, local_inventory, playbook, pulled, rollout
+
+from vfleet.errors import VfleetError
+from vfleet.fleet import inventory as fleet_inventory
+from vfleet.fleet.ansible import ansible_dir
+from vfleet.pages import fleet_html
+
+#: A value of each switch that turns its gate off, as -e writes it.
+OFF = {
+    "vfleet_node_allow_unsigned": "true",
+    "vfleet_node_check_supply": "false",
+    "vfleet_node_allow_standin": "true",
+    "vfleet_node_check_promotion": "false",
+    "vfleet_node_check_profiles": "false",
+    "vfleet_node_boot_verify": "false",
+    "vfleet_node_verify_argv": '["true"]',
+}
+SWITCHES = fleet_inventory.switches()
+EXAMPLE = ansible_dir() / "inventories" / "example"
+
+
+def test_every_switch_of_the_role_is_covered_here() -> None:
+    assert set(OFF) == set(SWITCHES), "a switch was added to or removed from vfleet_node__switches: update OFF"
+    for name, sw in SWITCHES.items():
+        assert sw.skips(json.loads(OFF[name])), name
+        assert "'" not in sw.why, f"{name}: Ansible's output would double the apostrophe in its NOT CHECKED line"
+
+
+def test_the_cli_and_the_guard_share_one_pattern_of_internal_names() -> None:
+    guard = (ansible_dir() / "roles" / "vfleet" / "tasks" / "guard.yml").read_text()
+    first, second = fleet_inventory.INTERNAL_PARTS
+    assert guard.count(f"'{first}'\n") == 2 and guard.count(f"~ '{second}')") == 2, "guard.yml and INTERNAL_RE differ"
+
+
+def _set_by_the_playbooks() -> dict[str, set[str]]:
+    """Every variable the run playbooks and the role task files set (set_fact, register, vars), with where."""
+    found: dict[str, set[str]] = {}
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item, where)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("ansible.builtin.set_fact", "vars") and isinstance(value, dict):
+                    for name in value:
+                        found.setdefault(name, set()).add(where)
+                elif key == "register":
+                    found.setdefault(str(value), set()).add(where)
+                walk(value, where)
+
+    books = [ansible_dir() / f"{b}.yml" for b in fleet_inventory.CHECKED]
+    for path in [*books, *sorted((ansible_dir() / "roles").glob("*/tasks/*.yml"))]:
+        walk(yaml.safe_load(path.read_text()), str(path.relative_to(ansible_dir())))
+    return found
+
+
+def test_the_guard_covers_every_name_the_playbooks_set() -> None:
+    """A name the playbooks set for themselves (not an operator's knob of a role's defaults) that the
+    guard does not cover could be passed with -e over the value a gate reads: each must match."""
+    knobs = {k for p in (ansible_dir() / "roles").glob("*/defaults/main.yml") for k in yaml.safe_load(p.read_text())}
+    found = _set_by_the_playbooks()
+    assert {"vfleet_node__switched", "vfleet_node__supply", "vfleet_ok_fact", "vfleet_lb_servers"} <= set(found)
+    loose = {n: sorted(w) for n, w in found.items() if n not in knobs and not fleet_inventory.INTERNAL_RE.match(n)}
+    assert not loose, f"set by the playbooks, not covered by guard.yml's pattern (INTERNAL_PARTS): {loose}"
+
+
+# -- refused on an inventory that is not a test fleet's ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arg", "named"),
+    [
+        *((f"{k}={v}", f"-e {k}:") for k, v in OFF.items()),
+        ("vfleet_node_check_supply=true", "-e vfleet_node_check_supply:"),  # the default value is refused too
+        ("vfleet_node_test_fleet=true", "-e vfleet_node_test_fleet: the test-fleet mark is no variable"),
+        ("vfleet_node__switched=[]", "-e vfleet_node__switched: a name the roles compute"),
+        ("vfleet_node__verified_id=sha256:00", "-e vfleet_node__verified_id: a name the roles compute"),
+    ],
+)
+def test_a_switch_on_the_command_line_is_refused_before_ansible_starts(tmp_path: Path, arg: str, named: str) -> None:
+    inv = local_inventory(tmp_path)
+    proc = rollout(inv, "-e", arg)
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    out = proc.stdout
+    assert f"inventory {inv} (it is not a test fleet's: no group vfleet_test_fleet holds every host" in out, out
+    assert "refused before ansible-playbook starts" in out and named in out, out
+    assert "PLAY [" not in out and not (tmp_path / "lock.json").exists()
+
+
+def test_allow_unsigned_is_refused_outside_a_test_fleet(tmp_path: Path) -> None:
+    inv = local_inventory(tmp_path)
+    proc = rollout(inv, "--allow-unsigned")
+    assert proc.returncode == 2
+    out = proc.stdout
+    assert f"inventory {inv} (it is not a test fleet's" in out, out
+    assert "--allow-unsigned (vfleet_node_allow_unsigned): test fleets only; sign the image" in out
+    assert "PLAY [" not in out and "NOT CHECKED" not in out
+
+
+@pytest.mark.parametrize("action", ["rollout", "rollback", "verify"])
+def test_a_switch_in_the_inventory_is_refused_for_every_run(tmp_path: Path, action: str) -> None:
+    inv = local_inventory(tmp_path, vfleet_node_check_promotion=False, vfleet_node_verify_argv=["true"])
+    proc = fleet(inv, action, *(["--image", NOWHERE] if action == "rollout" else []))
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    out = proc.stdout
+    assert f"inventory {inv} (it is not a test fleet's" in out
+    assert "vfleet_node_check_promotion: False turns off the promotion gate" in out, out
+    assert "vfleet_node_verify_argv: ['true'] turns off the boot-verify gate" in out
+    assert "remove it from the inventory" in out and "PLAY [" not in out
+
+
+def test_a_profile_that_is_not_production_is_refused_outside_a_test_fleet(tmp_path: Path) -> None:
+    inv = local_inventory(tmp_path)
+    proc = fleet(inv, "verify")
+    assert proc.returncode == 2
+    assert (
+        "profile tiny/cpu (gate-node): not a production profile (production: false in "
+        "serve_configs/models/tiny/model.yaml), and only a test fleet's inventory may serve one" in proc.stdout
+    ), proc.stdout
+    assert "PLAY [" not in proc.stdout
+
+
+# -- ansible-playbook run directly ---------------------------------------------------------------------
+
+
+def _forged(**extra: Any) -> dict[str, Any]:
+    """Extra vars that try to pass for a test fleet: the old mark variable and Ansible's own `groups`."""
+    return {
+        "vfleet_image": NOWHERE,
+        "vfleet_node_test_fleet": True,
+        "groups": {"all": ["gate-node"], "vfleet_nodes": ["gate-node"], "vfleet_test_fleet": ["gate-node"]},
+        **extra,
+    }
+
+
+def test_ansible_playbook_with_the_switches_and_a_forged_mark_is_refused(tmp_path: Path) -> None:
+    inv = local_inventory(tmp_path)
+    proc = playbook(inv, "rollout", _forged(vfleet_node_allow_unsigned=True, vfleet_node_check_supply=False))
+    assert proc.returncode != 0
+    out = proc.stdout
+    assert (
+        "gate-node: vfleet_node_allow_unsigned, vfleet_node_check_supply would turn off the supply chain gate(s), "
+        "which only a test fleet's inventory may do" in out
+    ), out[-3000:]
+    assert f"this inventory ({inv}) has no group vfleet_test_fleet" in out
+    assert "NOT CHECKED" not in out and "Render each distinct serve profile" not in out and not pulled(out)
+
+
+@pytest.mark.parametrize(
+    ("book", "switch"),
+    [("verify", {"vfleet_node_verify_argv": ["true"]}), ("rollback", {"vfleet_node_boot_verify": False})],
+)
+def test_ansible_playbook_refuses_the_switches_of_rollback_and_verify(
+    tmp_path: Path, book: str, switch: dict[str, Any]
+) -> None:
+    inv = local_inventory(tmp_path)
+    proc = playbook(inv, book, _forged(**switch))
+    assert proc.returncode != 0
+    out = proc.stdout
+    assert f"gate-node: {next(iter(switch))} would turn off the boot-verify gate(s)" in out, out[-3000:]
+    assert "NOT CHECKED" not in out and "[vfleet_node : Choose the rollback image]" not in out
+    assert "[vfleet_node : Read the node state]" not in out and "[vfleet_node : Boot-verify the node]" not in out
+
+
+def test_ansible_playbook_with_a_role_internal_name_is_refused(tmp_path: Path) -> None:
+    """The switch check's own result passed in with -e (it outranks set_fact): the guard refuses it first."""
+    inv = local_inventory(tmp_path)
+    proc = playbook(inv, "rollout", _forged(vfleet_node_allow_unsigned=True, vfleet_node__switched=[]))
+    assert proc.returncode != 0
+    out = proc.stdout
+    assert "vfleet_node__switched: set from outside the roles (-e or the inventory" in out, out[-3000:]
+    assert "Run the preflight checks" not in out and "NOT CHECKED" not in out and not pulled(out)
+
+
+def test_ansible_playbook_refuses_a_profile_that_is_not_production(tmp_path: Path) -> None:
+    inv = local_inventory(tmp_path)
+    proc = playbook(inv, "rollout", {"vfleet_image": NOWHERE})
+    assert proc.returncode != 0
+    out = proc.stdout
+    assert "gate-node: profile tiny/cpu is not a production profile (production: false in" in out, out[-3000:]
+    assert "Check that the target image is promoted" not in out and not pulled(out)
+
+
+# -- honoured on a test fleet --------------------------------------------------------------------------
+
+
+def test_every_switch_is_honoured_on_a_test_fleet_and_said_not_checked(tmp_path: Path) -> None:
+    """All switches at once, from the command line and the inventory: the run goes on past the gates
+    (to the free-disk check, which this machine fails) and says NOT CHECKED for each, as it runs and
+    in the CLI's summary at the end."""
+    inv = local_inventory(tmp_path, test_fleet=True, vfleet_node_verify_argv=["true"])
+    args = ["--allow-unsigned"]
+    for name, value in OFF.items():
+        if name not in ("vfleet_node_allow_unsigned", "vfleet_node_verify_argv"):
+            args += ["-e", f"{name}={value}"]
+    proc = rollout(inv, *args)
+    out = proc.stdout
+    run, _, summary = out.partition(f"on the test fleet inventory {inv} did not check:")
+    assert summary, out[-3000:]
+    for sw in SWITCHES.values():
+        assert f"NOT CHECKED: {sw.line()}" in run, (sw.name, run[-3000:])
+        assert f"NOT CHECKED: {sw.line()}" in summary, (sw.name, summary)
+    assert "TASK [vfleet_node : Check the node's docker daemon and measure free disk under its root]" in run
+    assert "NOT verified" not in run and "promote', '--check" not in run
+
+
+def test_the_record_of_gates_not_checked_reaches_status_and_the_fleet_page(tmp_path: Path) -> None:
+    """The deployment record (as deploy.yml writes it) read by the real status.yml: its not_checked list is
+    in the status row, and the fleet page's gates cell says NOT CHECKED, not green."""
+    inv = local_inventory(tmp_path, test_fleet=True, vfleet_node_container_name="vfleet-switches-no-such-container")
+    line = SWITCHES["vfleet_node_allow_unsigned"].line()
+    (tmp_path / "state").mkdir()
+    record = {"state": "deployed", "image": "r/x@sha256:" + "1" * 64, "profile": "tiny/cpu", "not_checked": [line]}
+    (tmp_path / "state" / "deployed.json").write_text(json.dumps(record))
+    status = tmp_path / "status.json"
+    proc = fleet(inv, "status", "--json", str(status))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    (row,) = json.loads(status.read_text())
+    assert row["not_checked"] == [line]
+    cell = fleet_html.node_cells(row)["gates"]
+    assert cell.state == "unknown" and cell.text == f"NOT CHECKED: {line}"
+    record["not_checked"] = []
+    (tmp_path / "state" / "deployed.json").write_text(json.dumps(record))
+    assert fleet(inv, "status", "--json", str(status)).returncode == 0
+    (row,) = json.loads(status.read_text())
+    assert row["not_checked"] == [] and fleet_html.node_cells(row)["gates"].state == "ok"
+
+
+# -- the mark and the production rule, as the CLI reads an inventory -----------------------------------
+
+
+def _listing(mark: list[str], profile: str = "tiny/cpu") -> dict[str, Any]:
+    """`ansible-inventory --list` of two nodes and a balancer, MARK the hosts of vfleet_test_fleet."""
+    return {
+        "_meta": {"hostvars": {n: {"vfleet_node_profile": profile} for n in ("n1", "n2")}},
+        "all": {"children": ["ungrouped", "vfleet_lb", "vfleet_nodes", "vfleet_test_fleet"]},
+        "vfleet_lb": {"hosts": ["lb"]},
+        "vfleet_nodes": {"children": ["cpu_x86"]},
+        "cpu_x86": {"hosts": ["n1", "n2"]},
+        "vfleet_test_fleet": {"hosts": mark},
+    }
+
+
+def test_the_mark_holds_every_host_or_it_is_no_mark() -> None:
+    whole = fleet_inventory.parse(Path("inv"), _listing(["lb", "n1", "n2"]))
+    assert whole.is_test_fleet
+    fleet_inventory.check(whole, {"vfleet_node_check_supply": False}, allow_unsigned=True)
+    part = fleet_inventory.parse(Path("inv"), _listing(["n1", "n2"]))  # the balancer is left out
+    assert not part.is_test_fleet
+    with pytest.raises(VfleetError, match="-e vfleet_node_check_supply: a test-fleet switch"):
+        fleet_inventory.check(part, {"vfleet_node_check_supply": False})
+    assert not fleet_inventory.parse(Path("inv"), _listing([])).is_test_fleet
+
+
+def test_a_production_profile_serves_outside_a_test_fleet(config_tree: ConfigTree) -> None:
+    """The healthy case of the rule, and its fault: tiny made production passes on an unmarked inventory;
+    as it is (production: false in its model.yaml) it is refused, naming the profile and its hosts."""
+    unmarked = fleet_inventory.parse(Path("inv"), _listing([]))
+    with pytest.raises(VfleetError, match=r"profile tiny/cpu \(n1, n2\): not a production profile"):
+        fleet_inventory.check(unmarked, {})
+
+    def production(d: dict[str, Any]) -> None:
+        d["production"] = True
+        na = d["verify"].get("not_applicable") or {}
+        for key in ("test_gpu_health", "test_log[graph_mode]", "test_log[attention_backend]"):
+            na.pop(key, None)
+        d["verify"].pop("gpu_health", None)
+
+    config_tree.edit("models/tiny/model.yaml", production)
+    fleet_inventory.check(unmarked, {})
+
+
+def test_the_example_inventory_is_read_as_ansible_reads_it() -> None:
+    """A directory inventory (hosts.yml and group_vars) through ansible-inventory: production profiles on
+    every node, no mark; a run is let through until a switch asks for a gate to be turned off."""
+    inv = fleet_inventory.read(EXAMPLE)
+    assert not inv.is_test_fleet
+    assert "b200-01.example.internal" in inv.hosts and inv.hostvars["b200-01.example.internal"]["vfleet_node_profile"]
+    fleet_inventory.check(inv, {"vfleet_batch_size": 2})
+    with pytest.raises(VfleetError, match=f"(?s)inventory {EXAMPLE} .*-e vfleet_node_boot_verify: a test-fleet switch"):
+        fleet_inventory.check(inv, {"vfleet_node_boot_verify": True})
+    assert fleet_inventory.not_checked(inv, {}, "rollout") == []
