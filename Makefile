@@ -18,7 +18,7 @@ test: $(STAMP) ## run every test (lint, unit, kernels, live vLLM, docker)
 	$(V)/python -m pytest -q
 
 lint: $(STAMP) ## ruff and mypy
-	$(V)/python -m pytest -q tests/test_lint.py
+	$(V)/python -m pytest -q tests/integration/test_lint.py
 
 check: $(STAMP) ## validate every serve profile against the rules
 	$(V)/vfleet check
