@@ -2,7 +2,7 @@
 whose one node is this machine (a local connection, state in a tmp directory, no balancer): what the
 gate cannot verify stops the run before the pull, with the reason named, and the switch that skips the
 gate is refused outside a test fleet. The gate passing and a node then pulling is the lifecycle test's
-(tests/test_fleet_lifecycle.py: the real CPU image, staged unsigned, then tampered, then signed); the
+(tests/e2e/test_fleet_lifecycle.py: the real CPU image, staged unsigned, then tampered, then signed); the
 Docker-in-Docker fleet scenarios run with the switch on (their stand-in images have no build record)."""
 
 from __future__ import annotations
