@@ -30,7 +30,7 @@ def test_demo_on_the_cpu_image(model_dir: Path, tmp_path: Path) -> None:
 
     image = default_image(Catalog().load(PROFILE))
     if not image_present(image):
-        pytest.skip(f"the CPU image {image} is not built here (tests/test_image_cpu.py builds it)")
+        pytest.skip(f"the CPU image {image} is not built here (tests/e2e/test_image_cpu.py builds it)")
     out = tmp_path / "demo"
     proc = vfleet("demo", "--server", "image", "--out", str(out), env=signing())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -44,8 +44,8 @@ def test_demo_on_the_cpu_image(model_dir: Path, tmp_path: Path) -> None:
     c = checks(out)
     assert c["test_version"]["outcome"] == "passed" and c["test_log[kv_tokens]"]["outcome"] == "passed"
     assert "container.log" in proc.stdout and (out / "server" / "container.log").stat().st_size > 0
-    # The people's page of this same run (the browser tests render it in tests/test_pages.py): written by
-    # the real verify, with its verdict first and the image it verified.
+    # The people's page of this same run (the browser tests render it in tests/integration/test_pages.py):
+    # written by the real verify, with its verdict first and the image it verified.
     page = (out / "report.html").read_text()
     assert page.index('id="verdict"') < page.index('id="checks"'), page[:2000]
     assert "Boot-verify PASS" in page and img["id"] in page
