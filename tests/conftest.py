@@ -1,35 +1,23 @@
-"""Shared fixtures for the project's own tests."""
+"""Shared fixtures for the project's own tests, in every tier (tests/unit, tests/integration, tests/e2e).
+
+The helper modules beside this file (repo_helpers, image_helpers, supply_helpers, page_browser,
+kvcorrupt) and the tier folders themselves are on sys.path (pyproject's `pythonpath`), so a test of any
+tier imports them, and another tier's test module (``from test_promotion import key_files``), by name."""
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
+from repo_helpers import REPO, ConfigTree
 
-REPO = Path(__file__).resolve().parent.parent
+__all__ = ["REPO", "ConfigTree", "config_tree"]
 
-
-class ConfigTree:
-    """A writable copy of serve_configs/ for tests that break a profile on purpose."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def edit(self, rel: str, fn: Callable[[dict[str, Any]], None]) -> None:
-        path = self.root / rel
-        data = yaml.safe_load(path.read_text()) if path.exists() else {}
-        data = data or {}
-        fn(data)
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
-
-    def write(self, rel: str, text: str) -> None:
-        path = self.root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+# pytester runs a pytest session inside a test (tests/unit/test_unit_guard.py runs the unit tier's guard
+# on tests written to fail it); plugins can only be named in this, the top conftest.
+pytest_plugins = ["pytester"]
 
 
 @pytest.fixture

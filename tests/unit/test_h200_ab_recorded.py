@@ -19,9 +19,9 @@ from vfleet.ab.stats import METRICS, arm_order
 from vfleet.profiles import Catalog
 from vfleet.verify import logcheck
 
-H200_AB = Path(__file__).resolve().parent / "fixtures" / "h200-ab"
+H200_AB = Path(__file__).resolve().parents[1] / "fixtures" / "h200-ab"
 RUNS = ["run1-64tok", "run2-128tok"]
-PROFILE_TREE = Path(__file__).resolve().parent / "fixtures" / "h200-verify" / "serve_configs"
+PROFILE_TREE = Path(__file__).resolve().parents[1] / "fixtures" / "h200-verify" / "serve_configs"
 
 
 def _report(run: str) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """A rollback passes the rollout's gates (ansible/rollback.yml -> swap.yml), on a real rollback.yml run
 whose one node is this machine (a local connection, its deployment record in a tmp directory, no
 balancer): promotion, the supply-chain gate, one image. The Docker-in-Docker scenarios
-(tests/test_ansible_fleet.py) walk a rollback's canary, batches, a failing node and the failed-node
-cap on a real fleet; the lifecycle (tests/test_fleet_lifecycle.py) rolls back the real image."""
+(tests/e2e/test_ansible_fleet.py) walk a rollback's canary, batches, a failing node and the failed-node
+cap on a real fleet; the lifecycle (tests/e2e/test_fleet_lifecycle.py) rolls back the real image."""
 
 from __future__ import annotations
 

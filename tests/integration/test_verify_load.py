@@ -6,7 +6,7 @@ these faults come from a small fake OpenAI streaming server (``injected_fault``)
 0.30's completion stream (one chunk per step, ``finish_reason`` on the last token chunk, a usage chunk
 with ``choices: []``, ``data: [DONE]``; an error mid-stream is ``data: {"error": {...}}`` followed by
 ``data: [DONE]``, as vllm/entrypoints/openai/completion/serving.py sends it). The healthy real server
-passes the same check (tests/test_verify_live.py, the full suite).
+passes the same check (tests/integration/test_verify_live.py, the full suite).
 """
 
 from __future__ import annotations

@@ -28,13 +28,13 @@ from vfleet.paths import versions
 PINNED = versions()["vllm"]["version"]
 NAME = "0001-edge.patch"
 HEADERS = b"""Subject: an edge case of the patch engine
-Origin: tests/test_patch_git_engine.py
+Origin: tests/integration/test_patch_git_engine.py
 Upstream-Status: Inappropriate (a test fixture)
 Applied-Upstream: none
 Platforms: cpu
 Models: none
 Why: the engine must refuse or apply this exactly as git does
-Verified-By: tests/test_patch_git_engine.py::test_fixture
+Verified-By: tests/integration/test_patch_git_engine.py::test_fixture
 Remove-When: never
 
 """

@@ -18,7 +18,7 @@ from vfleet.detect import detect_host, parse_amd_smi, parse_nvidia_smi, parse_ro
 from vfleet.errors import SelectError
 from vfleet.profiles import Catalog
 
-SMI = Path(__file__).parent / "fixtures" / "smi"
+SMI = Path(__file__).parent.parent / "fixtures" / "smi"
 
 
 @pytest.fixture

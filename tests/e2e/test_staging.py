@@ -1,7 +1,7 @@
 """`vfleet stage`: bad input is a clear error before anything starts, and a candidate that never
 becomes healthy is an error that leaves no container behind and promotes nothing. The passing path
 (real CPU image: boot, boot-verify with --container, promotion by registry digest) runs in
-tests/test_fleet_lifecycle.py through `vfleet fleet stage`."""
+tests/e2e/test_fleet_lifecycle.py through `vfleet fleet stage`."""
 
 from __future__ import annotations
 

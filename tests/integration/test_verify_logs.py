@@ -12,8 +12,8 @@ from vfleet.profiles import Verify
 from vfleet.verify import logcheck, runner
 from vfleet.verify.logrules import FAMILY_IDS
 
-LOGS = Path(__file__).parent / "fixtures" / "logs"
-ROOT = Path(__file__).resolve().parents[1]
+LOGS = Path(__file__).parent.parent / "fixtures" / "logs"
+ROOT = Path(__file__).resolve().parents[2]
 
 # What the recorded H200 server (1B Llama, max_model_len 4096) should look like.
 H200 = Verify(max_model_len=4096, min_kv_tokens=40_000, graph_mode=True, attention_backend="FLASH_ATTN")

@@ -1,7 +1,8 @@
 """`vfleet serve`, the image entrypoint: profile selection, secrets, preflight, banner, the vLLM argv.
 
 These run the real entrypoint code on this machine (no image needed) up to the exec, with --dry-run.
-The image tests (test_image_cpu.py) run it for real as PID 1 of the CPU image.
+A fresh process of it is tests/integration/test_image_serve_process.py; the image tests
+(tests/e2e/test_image_cpu.py) run it for real as PID 1 of the CPU image.
 """
 
 from __future__ import annotations
@@ -9,13 +10,11 @@ from __future__ import annotations
 import json
 import shlex
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, ConfigTree
+from conftest import ConfigTree
 
 from vfleet.cli import main
 
@@ -85,34 +84,6 @@ def test_api_key_from_a_secret_file(serve_env: Path, tmp_path: Path, capsys: pyt
     out, err = capsys.readouterr()
     assert f"secret file {tmp_path / 'secrets' / 'vllm_api_key'}" in err
     assert KEY not in out + err
-
-
-def test_missing_model_fails_before_anything_else(config_tree: ConfigTree, tmp_path: Path) -> None:
-    """As the image runs it: a fresh process, the real CLI, no weights mounted at the profile's path."""
-    missing = tmp_path / "not-mounted"
-    config_tree.edit("models/tiny/model.yaml", lambda d: d["vllm"].__setitem__("model", str(missing)))
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "VFLEET_SERVE_CONFIGS": str(config_tree.root),
-        "VFLEET_PROFILE": "tiny/cpu",
-        "VLLM_API_KEY": KEY,
-        "VFLEET_RUN_DIR": str(tmp_path / "run"),
-        "HOME": str(tmp_path),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "vfleet", "serve"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        check=False,
-        timeout=60,
-    )
-    assert proc.returncode == 3, proc.stderr
-    assert f"model path {missing} does not exist" in proc.stderr
-    assert "--volume HOST_DIR:" in proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert not (tmp_path / "run").exists(), "nothing may be rendered before the preflight passes"
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@ and the verification summary signed with a real ed25519 key, as `vfleet verify -
 the one absolute reports root: no server, no docker.
 
 The registry digest of a tag (docker RepoDigests) is tested against a real local registry in
-tests/test_verify_image_digest.py.
+tests/e2e/test_verify_image_digest.py.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from vfleet.profiles import Catalog
 from vfleet.verify import logcheck
 from vfleet.verify.logparse import JSON_FORMAT_FIX
 
-LOGS = Path(__file__).parent / "fixtures" / "logs"
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 CPU_LOG = LOGS / "cpu_healthy_with_sigterm.log"
 # What a log pipeline's VLLM_LOGGING_CONFIG_PATH gives its JSON formatter (JSON_FORMAT_FIX names it).
 JSON_FORMAT = "%(asctime)s %(levelname)s %(name)s %(filename)s %(lineno)d %(message)s"

@@ -1,4 +1,5 @@
-"""The series checker (`vfleet patches check`); the diff engine (git apply) has tests/test_patch_git_engine.py."""
+"""The series checker (`vfleet patches check`); the diff engine (git apply) has
+tests/integration/test_patch_git_engine.py."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@
 
 The fleet-wide check (rollout, rollback, verify and status at -vvvv on a real fleet, with a known API
 key and HF token, every byte of output and of the controller's files searched) is in
-tests/test_fleet_lifecycle.py (`_no_secret_anywhere`).
+tests/e2e/test_fleet_lifecycle.py (`_no_secret_anywhere`).
 """
 
 from __future__ import annotations

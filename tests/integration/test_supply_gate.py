@@ -3,8 +3,8 @@ whose one node is this machine (a local connection, state in a tmp directory, no
 gate cannot verify stops the run before the pull, with the reason named. The inventory carries the
 test-fleet mark, which lets it switch the promotion check off (the unpromoted reference would stop the
 run before the gate) and serve tiny/cpu, which is not a production profile; the gate itself runs as on
-any fleet. The switches that skip the gate, refused or honoured, are tests/test_fleet_switches.py's.
-The gate passing and a node then pulling is the lifecycle test's (tests/test_fleet_lifecycle.py: the
+any fleet. The switches that skip the gate, refused or honoured, are tests/integration/test_fleet_switches.py's.
+The gate passing and a node then pulling is the lifecycle test's (tests/e2e/test_fleet_lifecycle.py: the
 real CPU image, staged unsigned, then tampered, then signed); the Docker-in-Docker fleet scenarios run
 with the switch on (their stand-in images have no build record)."""
 

@@ -20,7 +20,7 @@ from vfleet.verify.cacheprobe import ProbeSetupError, plan_fillers
 from vfleet.verify.metrics import Metrics, finishes, prefix_hits, unexpected_finishes
 from vfleet.verify.model import Report
 
-METRICS = Path(__file__).parent / "fixtures" / "metrics" / "h200-graph.txt"
+METRICS = Path(__file__).parent.parent / "fixtures" / "metrics" / "h200-graph.txt"
 DIGEST = "sha256:" + "ab" * 32
 
 
@@ -321,7 +321,7 @@ def test_report_carries_the_logprob_gap_and_the_tolerance(tmp_path: Path) -> Non
 
 # -- the typed report model against report.json as it was written before it --------------------------
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent / "fixtures"
 RECORDED = sorted([FIXTURES / "verify-cpu" / "report.json", *FIXTURES.glob("h200-verify/run*/verify-*/report.json")])
 
 

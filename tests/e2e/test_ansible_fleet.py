@@ -5,7 +5,7 @@ a test is about what raw ansible-playbook does, through ansible-playbook itself.
 Every outcome is read from the nodes and the balancer themselves (which image the serving container
 runs, /health, the HAProxy server state, the lock file on the balancer host). The images here are
 light stand-in servers (busybox httpd serving /health, /metrics, /verify), and boot-verify is the
-stand-in `GET /verify`, as the issue allows for the fault scenarios; tests/test_fleet_lifecycle.py
+stand-in `GET /verify`, as the issue allows for the fault scenarios; tests/e2e/test_fleet_lifecycle.py
 runs the real image and the real `vfleet verify` along the same path. The scenarios run in order on
 one fleet (module fixture): each starts from the state the previous left. Figures (wall time per
 scenario, swap time per node, bytes pulled per node) go to .cache/fleet/figures.json.
@@ -733,7 +733,7 @@ def test_rollout_refuses_an_image_of_other_serve_profiles_before_any_node_is_tou
     """The image's org.vfleet.profiles.digest label must be the controller's serve_configs digest (the
     copy it renders and boot-verifies with); otherwise the run stops after the pull, before the canary.
     With the right label, every node's container is started with that digest, which the real
-    entrypoint checks against its own copy (tests/test_image_serve.py; the lifecycle test runs it)."""
+    entrypoint checks against its own copy (tests/unit/test_image_serve.py; the lifecycle test runs it)."""
     ours = profiles_digest()
     other = "sha256:" + "0" * 64
     refs = {}

@@ -74,4 +74,4 @@ def test_plugin_is_not_installed_in_the_venv() -> None:
 
     names = [e.value for e in entry_points(group="vllm.general_plugins")]
     assert not any("kvcorrupt" in n for n in names), names
-    assert not Path(__file__).with_name("vfleet_kvcorrupt_test-0.dist-info").exists()
+    assert not (Path(__file__).parent.parent / "vfleet_kvcorrupt_test-0.dist-info").exists()

@@ -222,7 +222,7 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     t0 = time.monotonic()
     # `vfleet image build` with its supply-chain record (SBOM, Statement) in this test's store, unsigned:
     # the build cache makes it a few seconds when the image is current, and the SBOM about 40 s. (No
-    # pip-audit: its database is out of reach here, and tests/test_supply_cpu.py covers it.)
+    # pip-audit: its database is out of reach here, and tests/e2e/test_supply_cpu.py covers it.)
     base = build_image("cpu", attest=Attest(tmp / "supply", audit=False)).ref
     model = tinymodel.build()
     build_node_image()

@@ -1,0 +1,84 @@
+"""`python -m vfleet.testing.stages` (what `make test` runs) on stages made here: every stage runs even
+after one failed, each prints its wall time as it ends, and the last line is the closing count, with a
+stage that collected nothing or ended without its summary counted as a failure and the exit status 1;
+healthy stages end 0."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TESTS = {
+    "ok": """
+        import pytest
+
+        def test_one():
+            pass
+
+        def test_two():
+            pass
+
+        def test_not_here():
+            pytest.skip("nothing to check on this machine")
+        """,
+    "bad": """
+        def test_fine():
+            pass
+
+        def test_broken():
+            assert 1 + 1 == 3
+        """,
+    "dies": """
+        import os
+
+        def test_ends_the_process():
+            os._exit(0)  # exit status 0, and no summary
+        """,
+}
+
+
+def stages_dir(tmp_path: Path) -> dict[str, Path]:
+    dirs = {}
+    for name in (*TESTS, "empty"):
+        d = tmp_path / name
+        d.mkdir()
+        if name in TESTS:
+            (d / f"test_{name}.py").write_text(textwrap.dedent(TESTS[name]))
+        dirs[name] = d
+    return dirs
+
+
+def run(tmp_path: Path, *names: str) -> subprocess.CompletedProcess[str]:
+    dirs = stages_dir(tmp_path)
+    argv = [sys.executable, "-m", "vfleet.testing.stages", *(f"{n}={dirs[n]}" for n in names)]
+    # --rootdir: the stages made here, not this checkout's pytest settings.
+    argv += ["--", "-p", "no:cacheprovider", f"--rootdir={tmp_path}"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_healthy_stages_end_zero_with_the_summed_line(tmp_path: Path) -> None:
+    proc = run(tmp_path, "ok")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "2 passed, 0 failed, 1 skipped"
+    assert any(ln.startswith("== stage ok ended in ") and ln.endswith("(ok)") for ln in lines), proc.stdout
+
+
+@pytest.mark.parametrize("order", [("bad", "empty", "dies", "ok"), ("ok", "dies", "empty", "bad")])
+def test_every_stage_runs_and_a_failed_one_fails_the_run(tmp_path: Path, order: tuple[str, ...]) -> None:
+    proc = run(tmp_path, *order)
+    out = proc.stdout
+    assert proc.returncode == 1, out[-3000:] + proc.stderr[-2000:]
+    ended = [ln.split()[2] for ln in out.splitlines() if ln.startswith("== stage ") and " ended in " in ln]
+    assert ended == list(order), out
+    assert "== stage bad ended in " in out and "1 passed, 1 failed, 0 skipped (FAILED: pytest exited 1)" in out
+    assert "(FAILED: collected no tests)" in out
+    assert "no counts (FAILED: no counts: pytest exited 0 without its summary)" in out
+    table = out.splitlines()[-6:-1]
+    assert table[0].split()[:3] == ["stage", "wall", "time"] and [row.split()[0] for row in table[1:]] == list(order)
+    # ok: 2 passed 1 skipped; bad: 1 passed 1 failed; empty and dies: one failure each
+    assert out.splitlines()[-1] == "3 passed, 3 failed, 1 skipped"

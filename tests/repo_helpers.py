@@ -1,0 +1,35 @@
+"""The checkout's root and a writable copy of its serve profiles, for the tests of every tier.
+
+Tests import these as ``from conftest import REPO, ConfigTree``: each tier's folder may hold its own
+conftest.py (tests/unit has the tier's guard), and pytest imports every one of them as ``conftest``, so
+each conftest re-exports these two names from here and the import means the same whichever conftest
+``conftest`` is when a test module is imported."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class ConfigTree:
+    """A writable copy of serve_configs/ for tests that break a profile on purpose."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def edit(self, rel: str, fn: Callable[[dict[str, Any]], None]) -> None:
+        path = self.root / rel
+        data = yaml.safe_load(path.read_text()) if path.exists() else {}
+        data = data or {}
+        fn(data)
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def write(self, rel: str, text: str) -> None:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)

@@ -1,0 +1,100 @@
+"""The stage runner of `make test` (vfleet.testing.stages), its parts that run no pytest: which stages,
+how a stage's figures are read and judged, the table and the closing line. Running real stages is
+tests/integration/test_stages_run.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import REPO
+
+from vfleet.testing import stages
+from vfleet.testing.stages import STAGES, Counts, Stage, StageResult, closing_line, counts_from_stats, parse_args
+
+
+def result(name: str, rc: int, counts: Counts | None, seconds: float = 1.0) -> StageResult:
+    return StageResult(Stage(name, (f"tests/{name}",)), rc, seconds, counts)
+
+
+def test_the_tiers_run_in_order_by_default_and_as_named() -> None:
+    assert [s.name for s in parse_args([])[0]] == ["unit", "integration", "e2e"]
+    assert parse_args(["e2e", "unit"])[0] == [Stage("e2e", STAGES["e2e"]), Stage("unit", STAGES["unit"])]
+    chosen, extra = parse_args(["unit", "--", "-k", "guard", "-x"])
+    assert [s.name for s in chosen] == ["unit"] and extra == ["-k", "guard", "-x"]
+    assert [s.name for s in parse_args(["--", "-x"])[0]] == list(STAGES)
+
+
+def test_another_folder_is_a_stage_by_name_and_path(tmp_path: Path) -> None:
+    (stage,) = parse_args([f"mine={tmp_path / 'a'},{tmp_path / 'b'}"])[0]
+    assert stage == Stage("mine", (str(tmp_path / "a"), str(tmp_path / "b")))
+
+
+@pytest.mark.parametrize("arg", ["units", "=tests/unit", "x=", "x=,"])
+def test_a_stage_that_names_nothing_is_refused(arg: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(stages.StageError, match=r"the stages are unit, integration, e2e|NAME=PATH"):
+        parse_args([arg])
+    assert stages.main([arg]) == 2  # refused before any stage runs
+    assert "vfleet.testing.stages:" in capsys.readouterr().err
+
+
+def test_every_test_file_is_in_exactly_one_stage() -> None:
+    """`make test` is the whole suite: a test file outside every stage would never run."""
+    paths = [REPO / p for tier in STAGES.values() for p in tier]
+    assert all(p.exists() for p in paths), [str(p) for p in paths if not p.exists()]
+    files = [f for f in (REPO / "tests").rglob("test_*.py") if "fixtures" not in f.relative_to(REPO).parts]
+    assert len(files) > 50
+    homes = {f: [p for p in paths if f == p or p in f.parents] for f in files}
+    assert {str(f): h for f, h in homes.items() if len(h) != 1} == {}
+
+
+def test_figures_are_counted_as_pytests_summary_line_counts_them() -> None:
+    rep = SimpleNamespace
+    stats: dict[str, list[object]] = {
+        "passed": [rep(), rep(), rep(count_towards_summary=False)],
+        "xpassed": [rep()],
+        "failed": [rep()],
+        "error": [rep(), rep()],
+        "skipped": [rep()],
+        "xfailed": [rep()],
+        "deselected": [rep()],
+        "warnings": [rep()],
+    }
+    assert counts_from_stats(stats, 9) == Counts(collected=9, passed=3, failed=3, skipped=2)
+    assert counts_from_stats({}, 0) == Counts()
+
+
+def test_a_stage_passes_only_when_pytest_passed_and_ran_tests() -> None:
+    ok = result("unit", 0, Counts(collected=5, passed=4, skipped=1))
+    assert ok.problem == "" and ok.failures == 0
+    failing = result("integration", 1, Counts(collected=5, passed=3, failed=2))
+    assert failing.problem == "pytest exited 1" and failing.failures == 2
+    empty = result("e2e", 5, Counts())
+    assert empty.problem == "collected no tests" and empty.failures == 1
+    broken = result("e2e", 2, Counts(failed=1))  # a collection error: nothing collected, one error
+    assert broken.problem == "pytest exited 2" and broken.failures == 1
+    killed = result("e2e", -9, None)
+    assert killed.problem.startswith("no counts: pytest exited -9") and killed.failures == 1
+    silent = result("e2e", 0, None)  # exited 0, but without its summary: not a pass
+    assert silent.problem and silent.failures == 1
+
+
+def test_the_closing_line_sums_the_stages_and_counts_a_broken_stage_as_a_failure() -> None:
+    ok = result("unit", 0, Counts(collected=3, passed=3))
+    assert closing_line([ok]) == "3 passed, 0 failed"
+    skips = result("integration", 0, Counts(collected=4, passed=2, skipped=2))
+    assert closing_line([ok, skips]) == "5 passed, 0 failed, 2 skipped"
+    failing = result("integration", 1, Counts(collected=4, passed=2, failed=2))
+    empty = result("e2e", 5, Counts())
+    assert closing_line([ok, failing, empty]) == "5 passed, 3 failed"
+
+
+def test_the_table_has_a_row_per_stage_with_its_time_and_verdict() -> None:
+    rows = stages.table(
+        [result("unit", 0, Counts(collected=3, passed=3), 7.25), result("e2e", -9, None, 3725)]
+    ).splitlines()
+    assert rows[0].split() == ["stage", "wall", "time", "passed", "failed", "skipped", "result"]
+    assert rows[1].split() == ["unit", "7.2", "s", "3", "0", "0", "ok"]
+    assert rows[2].startswith("e2e") and "62 min 05 s" in rows[2] and "FAILED: no counts" in rows[2]
+    assert stages.wall(59.94) == "59.9 s" and stages.wall(60) == "1 min 00 s"
