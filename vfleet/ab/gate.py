@@ -74,7 +74,9 @@ def arms_problems(arms: dict[str, Any]) -> list[str]:
     digests = {}
     for name, arm in (("A", a), ("B", b)):
         img = arm.get("image") or {}
-        if img.get("source") != DIGEST_SOURCE or not img.get("digest"):
+        if img.get("source") == DIGEST_SOURCE and not img.get("digest"):
+            why.append(f"arm {name}'s digest None: its container's image has no registry digest ({img.get('reason')})")
+        elif img.get("source") != DIGEST_SOURCE or not img.get("digest"):
             why.append(
                 f"arm {name}'s digest {img.get('digest')} was not read from its serving container "
                 f"(source {img.get('source')}): pass --container-{name.lower()} NAME [--docker-host-{name.lower()} URL]"
