@@ -147,8 +147,8 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
             f"**Not worse within the {s['min_effect']:.0%} margin on every metric: "
             f"{'yes' if report.get('not_worse') else 'NO'}** (non-inferiority: each interval's worse bound within "
             f"1 ± {s['min_effect']:.2f}; inconclusive is not a pass). **Power:** the smallest regression this run "
-            f"could have shown is {'–' if det is None else f'{det:.1%}'} (the widest interval's half-width on the "
-            "better side); a smaller one would have looked like noise.",
+            f"could have shown is {'–' if det is None else f'{det:.1%}'} (the widest interval's half-width in log "
+            "terms); a smaller one would have looked like noise.",
             "",
         ]
     if report["comparisons"]:
