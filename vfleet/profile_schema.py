@@ -129,9 +129,9 @@ class Verify(Strict):
     prefix_cache: bool = True
     integrity: IntegritySpec = IntegritySpec()
     load: LoadSpec = LoadSpec()
-    #: `vfleet promote` also requires an A/B report (`vfleet ab --image-a --image-b`, docs/ab.md) of the
-    #: new image (arm B) against the image promoted last for this profile (arm A), complete, with no
-    #: metric "worse"; the promotion names that report.
+    #: `vfleet promote` also requires a promotion A/B report (`vfleet ab --promotion`, docs/ab.md) of the
+    #: new image (arm B) against the image promoted last for this profile (arm A), complete, every metric
+    #: shown not worse within the margin (non-inferiority; inconclusive is no pass); the promotion names it.
     ab_not_worse: bool = False
     #: `vfleet promote` and the rollout's `promote --check` refuse a boot-verify whose signed time
     #: (the attestation's timeVerified) is older than this: a stale pass says nothing about what the
@@ -205,6 +205,23 @@ class Profile(Strict):
     def _has_model(self) -> Profile:
         if "model" not in self.vllm:
             raise ValueError("vllm.model (the model path inside the container) is not set by any layer")
+        return self
+
+    @model_validator(mode="after")
+    def _production_has_a_performance_floor(self) -> Profile:
+        """A production profile sets verify.load.min_output_tok_per_s for every load level: without a floor
+        boot-verify's load check passes a build of any speed, so a node several times slower would serve."""
+        if self.production:
+            load = self.verify.load
+            missing = [c for c in load.levels if not load.min_output_tok_per_s.get(c, 0) > 0]
+            if missing:
+                raise ValueError(
+                    f"verify.load.min_output_tok_per_s: no floor for level(s) {', '.join(f'C{c}' for c in missing)} "
+                    f"of verify.load.levels {load.levels}: a production profile needs an output tok/s floor at every "
+                    "load level, or boot-verify passes a node of any speed; set it in models/<model>/model.yaml "
+                    "(or the platform's layer), e.g. `min_output_tok_per_s: {1: 5, 32: 160}` (docs/ab.md, "
+                    "'The performance floor')"
+                )
         return self
 
     @model_validator(mode="after")

@@ -276,3 +276,28 @@ def test_env_file_is_read_as_docker_reads_it(made: Made, tmp_path: Path, monkeyp
     by_docker.pop("PATH", None)  # docker's default for an image without ENV
     assert apikey.parse_env_file(env_file) == by_docker
     assert by_docker["VLLM_API_KEY"] == " 'second' "
+
+
+def test_ab_reads_each_arms_digest_from_its_container(made: Made, tmp_path: Path) -> None:
+    """`vfleet ab --container-a/-b` reads each arm's digest as `vfleet verify --container` does: a typed
+    --image-a naming another image is an error, the same image on both arms and an arm with no registry
+    digest are refused for a promotion A/B, and --docker-host-b is the daemon asked for arm B. All
+    refused before any arm is probed (the URLs point nowhere)."""
+    host = local_docker_host()
+    a, b = DEAD_URL, f"http://127.0.0.1:{free_port()}"
+    out = tmp_path / "r"
+    other = f"{made.repo}@sha256:{'0' * 64}"
+    proc = vfleet("ab", "--a", a, "--b", b, "--container-a", made.c_pushed, "--docker-host-a", host,
+                  "--image-a", other, "--container-b", made.c_pushed, "--out", str(out))  # fmt: skip
+    assert proc.returncode == 2 and f"--image {other} is not what container {made.c_pushed} runs" in proc.stderr
+    promo = ["ab", "--promotion", "--profile", "tiny/cpu", "--a", a, "--b", b, "--out", str(out)]
+    proc = vfleet(*promo, "--container-a", made.c_pushed, "--container-b", made.c_pushed)
+    assert proc.returncode == 2 and f"both arms run {made.digest}" in proc.stderr, proc.stderr
+    proc = vfleet(*promo, "--container-a", made.c_pushed, "--container-b", made.c_local)
+    assert (
+        proc.returncode == 2 and "arm B's digest None: its container's image has no registry digest" in proc.stderr
+    ), proc.stderr
+    nowhere = f"tcp://127.0.0.1:{free_port()}"
+    proc = vfleet(*promo, "--container-a", made.c_pushed, "--container-b", made.c_local, "--docker-host-b", nowhere)
+    assert proc.returncode == 2 and f"(DOCKER_HOST={nowhere}) failed" in proc.stderr, proc.stderr
+    assert not out.exists()  # refused before anything ran

@@ -414,3 +414,29 @@ def test_verify_states_what_vllm_leaves_to_vllm(config_tree: ConfigTree) -> None
         Catalog().load("tiny/cpu")
     config_tree.edit("models/tiny/model.yaml", lambda d: d["verify"].update(max_model_len=2048))
     assert Catalog().load("tiny/cpu").verify.max_model_len == 2048
+
+
+# Issue 21 item 8: a production profile carries a performance floor at every load level.
+def test_production_profile_needs_a_floor_at_every_load_level(config_tree: ConfigTree) -> None:
+    shipped = [p for p in Catalog().load_all() if p.production]
+    assert shipped and all(set(p.verify.load.levels) <= set(p.verify.load.min_output_tok_per_s) for p in shipped)
+    config_tree.edit("models/glm-5.3-flash/model.yaml", lambda d: d["verify"]["load"].pop("min_output_tok_per_s"))
+    with pytest.raises(ProfileError) as exc:
+        Catalog().load("glm-5.3-flash/h200")
+    msg = str(exc.value)
+    assert "verify.load.min_output_tok_per_s: no floor for level(s) C1, C32" in msg and "production" in msg, msg
+    assert main(["check"]) != 0  # `vfleet check` fails on it
+    # A level added without its floor is caught too; a floor of 0 is no floor.
+    config_tree.edit(
+        "models/glm-5.3-flash/model.yaml",
+        lambda d: d["verify"]["load"].update({"levels": [1, 8, 32], "min_output_tok_per_s": {1: 5.0, 8: 0, 32: 160.0}}),
+    )
+    with pytest.raises(ProfileError, match=r"no floor for level\(s\) C8 of"):
+        Catalog().load("glm-5.3-flash/mi355x")
+    config_tree.edit(
+        "models/glm-5.3-flash/model.yaml",
+        lambda d: d["verify"]["load"].update({"min_output_tok_per_s": {1: 5.0, 8: 40.0, 32: 160.0}}),
+    )
+    assert Catalog().load("glm-5.3-flash/mi355x").verify.load.min_output_tok_per_s[8] == 40.0
+    # Not production: no floor needed (tiny/cpu sets none).
+    assert Catalog().load("tiny/cpu").verify.load.min_output_tok_per_s == {}

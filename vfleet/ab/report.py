@@ -25,6 +25,8 @@ def build(run: AbRun, meta: dict[str, Any], images: dict[str, dict[str, Any]] | 
     comps = [c.as_dict() for c in run.comparisons]
     arms = {name: {**arm.as_dict(), "image": (images or {}).get(name)} for name, arm in run.arms.items()}
     verdicts = {f"{c['metric']}@C{c['level']}": c["verdict"] for c in comps}
+    not_worse = {f"{c['metric']}@C{c['level']}": c["not_worse"] for c in comps}
+    seen = [c["detectable"] for c in comps if c["detectable"] is not None]
     return {
         "schema": SCHEMA,
         "kind": "vfleet-ab",
@@ -37,6 +39,13 @@ def build(run: AbRun, meta: dict[str, Any], images: dict[str, dict[str, Any]] | 
         "order": "rounds alternate A B, B A, ...: round k runs A first when k is even, B first when k is odd",
         "wall_s": round(run.wall_s, 2),
         "verdicts": verdicts,
+        # Non-inferiority (vfleet.ab.stats.non_inferior): every comparison's worse bound within the margin.
+        "margin": run.settings.min_effect,
+        "not_worse_by_metric": not_worse,
+        "not_worse": bool(comps) and not run.broken and all(not_worse.values()),
+        # The power: the smallest regression the run could have shown, over all its comparisons (the
+        # largest of their `detectable`); None when no comparison has an interval.
+        "detectable": max(seen) if seen and len(seen) == len(comps) else None,
         "false_verdicts": [f"{c.metric}@C{c.level}" for c in run.false_verdicts] if run.aa else None,
         "comparisons": comps,
         "measurements": [vars(m) for m in run.measurements],
@@ -132,10 +141,21 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
             f"{len(fv)} of {len(report['comparisons'])} ({', '.join(fv) or 'none'}).",
             "",
         ]
+    if report["comparisons"] and not report["broken"]:
+        det = report.get("detectable")
+        lines += [
+            f"**Not worse within the {s['min_effect']:.0%} margin on every metric: "
+            f"{'yes' if report.get('not_worse') else 'NO'}** (non-inferiority: each interval's worse bound within "
+            f"1 ± {s['min_effect']:.2f}; inconclusive is not a pass). **Power:** the smallest regression this run "
+            f"could have shown is {'–' if det is None else f'{det:.1%}'} (the widest interval's half-width in log "
+            "terms); a smaller one would have looked like noise.",
+            "",
+        ]
     if report["comparisons"]:
         lines += [
-            "| level | metric | A median | B median | B/A | interval | change | verdict | why |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| level | metric | A median | B median | B/A | interval | change | verdict | not worse | detectable "
+            "| why |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for c in report["comparisons"]:
             am = sorted(c["a"])[len(c["a"]) // 2] if c["a"] else None
@@ -144,7 +164,9 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
             lines.append(
                 f"| C{c['level']} | {c['label']} ({c['direction']}) | {_fmt(am, '.2f')} | {_fmt(bm, '.2f')} | "
                 f"{_fmt(c['ratio'], '.3f')} | {iv} | {_pct(c['ratio'])} | **{c['verdict']}** | "
-                f"{c['reason'].replace('|', '/')} |"
+                f"{'yes' if c['not_worse'] else '**no**'} | "
+                f"{'–' if c['detectable'] is None else format(c['detectable'], '.1%')} | "
+                f"{c['reason'].replace('|', '/')}; {c['not_worse_reason'].replace('|', '/')} |"
             )
     lines += plot_lines(plots, report.get("plots_missing"), "plot")
     return "\n".join(lines) + "\n"

@@ -10,6 +10,13 @@ Hesterberg's expanded percentile interval, which corrects the bootstrap's narrow
 The verdict is "worse" or "better" only when the interval lies wholly on one side of 1 **and** the
 point estimate moved by at least the minimum effect in that direction; otherwise "inconclusive",
 with the reason.
+
+"Not worse", what a promotion needs, is a separate, stricter question: a non-inferiority test. B is
+not worse than A only when the interval's *worse* bound lies within the margin (the minimum effect):
+for a higher-is-better metric the lower bound of B/A >= 1 - margin, for a lower-is-better one the
+upper bound <= 1 + margin. An inconclusive run, or an interval too wide to tell, is not "not worse":
+the point estimate alone never passes. Each comparison also says the smallest regression its interval
+could have shown (``detectable``), so a run too noisy to see a regression says so.
 """
 
 from __future__ import annotations
@@ -77,6 +84,12 @@ class Comparison:
     method: str
     verdict: Verdict
     reason: str
+    #: Non-inferiority: True only when the interval's worse bound lies within the margin (min_effect).
+    not_worse: bool = False
+    not_worse_reason: str = ""
+    #: The smallest regression (a fraction, 0.1 = 10%) that this run's interval, at its observed noise,
+    #: would have shown as worse (excluding 1); None without an interval.
+    detectable: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -189,6 +202,41 @@ def verdict(ratio: float, low: float, high: float, higher_is_better: bool, min_e
     )
 
 
+def worse_bound(low: float, high: float, higher_is_better: bool) -> float:
+    """The end of the interval on the worse side: the lower bound of a higher-is-better ratio, the upper
+    bound of a lower-is-better one."""
+    return low if higher_is_better else high
+
+
+def non_inferior(
+    ratio: float | None, low: float | None, high: float | None, higher_is_better: bool, margin: float
+) -> tuple[bool, str]:
+    """Whether B is shown not worse than A by more than ``margin``, and why: the worse bound of the
+    interval within 1 - margin (higher is better) or 1 + margin (lower is better). No interval is no pass."""
+    if ratio is None or low is None or high is None:
+        return False, "no interval: not shown not worse"
+    bound = worse_bound(low, high, higher_is_better)
+    limit = 1.0 - margin if higher_is_better else 1.0 + margin
+    ok = bound >= limit if higher_is_better else bound <= limit
+    side = "lower" if higher_is_better else "upper"
+    rel = ">=" if higher_is_better else "<="
+    if ok:
+        return True, f"not worse: the interval's {side} bound {bound:.3f} {rel} {limit:.3f} (margin {margin:.0%})"
+    return False, (
+        f"not shown not worse: the interval's {side} bound {bound:.3f} is beyond {limit:.3f} (margin {margin:.0%}); "
+        "B may be worse by more than the margin, or the run is too noisy or too short to tell"
+    )
+
+
+def detectable_regression(low: float, high: float) -> float:
+    """The smallest regression this run could have shown as worse: the interval's half-width in log
+    terms, hw = (log high - log low) / 2, as a change exp(hw) - 1. A true B/A that far from 1 puts an
+    interval of this run's width just clear of 1; a smaller change, at the observed noise and rounds,
+    would have looked like noise. (The half-width, not the distance from the estimate to one bound: with
+    few rounds the trimmed bootstrap interval is lopsided, and one side alone understates the noise.)"""
+    return math.expm1((math.log(high) - math.log(low)) / 2)
+
+
 def compare(
     metric: Metric,
     level: int,
@@ -229,10 +277,24 @@ def compare(
             method="none",
             verdict="inconclusive",
             reason=f"only {len(a)} paired rounds: an interval needs at least {MIN_ROUNDS}",
+            not_worse=False,
+            not_worse_reason=f"no interval ({len(a)} rounds): not shown not worse",
         )
     ratio = geo_mean_ratio(a, b)
     low, high, method = paired_interval(a, b, confidence, n_resamples, seed)
     # BCa can put the interval a hair beside the point estimate when the data are nearly degenerate.
     low, high = min(low, ratio), max(high, ratio)
     v, why = verdict(ratio, low, high, metric.higher_is_better, min_effect)
-    return Comparison(**base, ratio=ratio, low=low, high=high, method=method, verdict=v, reason=why)
+    ok, ok_why = non_inferior(ratio, low, high, metric.higher_is_better, min_effect)
+    return Comparison(
+        **base,
+        ratio=ratio,
+        low=low,
+        high=high,
+        method=method,
+        verdict=v,
+        reason=why,
+        not_worse=ok,
+        not_worse_reason=ok_why,
+        detectable=detectable_regression(low, high),
+    )

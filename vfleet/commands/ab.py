@@ -17,6 +17,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from vfleet.ab import gate
 from vfleet.ab import report as report_mod
 from vfleet.ab import run as ab
 from vfleet.ab.stats import MIN_ROUNDS, require_scipy
@@ -25,6 +26,10 @@ from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
 from vfleet.verify import apikey
 from vfleet.verify import image as image_mod
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{v:.1%}"
 
 
 def _levels(text: str) -> list[int]:
@@ -72,12 +77,26 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up measurement of every level and arm")
     p.add_argument(
-        "--image-a",
-        metavar="REF",
-        help="the image arm A runs (REPO@sha256:D, or a tag docker knows a registry digest for): in the report, "
-        "and what `vfleet promote` matches when the profile sets verify.ab_not_worse",
+        "--promotion",
+        action="store_true",
+        help="a promotion A/B (what `vfleet promote` accepts where the profile sets verify.ab_not_worse): needs "
+        f"--profile and both --container-a/--container-b, at least {gate.PROMOTION_MIN_ROUNDS} rounds, the "
+        f"profile's levels, a margin (--min-effect) of at most {gate.PROMOTION_MAX_MARGIN}, two different images",
     )
-    p.add_argument("--image-b", metavar="REF", help="the image arm B runs (the candidate), likewise")
+    for arm, role in (("a", "A (the promoted baseline)"), ("b", "B (the candidate)")):
+        p.add_argument(
+            f"--container-{arm}",
+            metavar="NAME",
+            help=f"the container serving arm {role}: its image's registry digest is read with docker inspect "
+            "(as `vfleet verify --container` reads it) and recorded in the report",
+        )
+        p.add_argument(f"--docker-host-{arm}", metavar="URL", help=f"DOCKER_HOST where --container-{arm} runs")
+        p.add_argument(
+            f"--image-{arm}",
+            metavar="REF",
+            help=f"cross-check only: the image arm {arm.upper()} should run (REPO@sha256:D or a tag); needs "
+            f"--container-{arm}, and disagreeing with what the container runs is an error",
+        )
     apikey.add_options(p)
     p.add_argument("--out", type=Path, help="report directory, must hold no A/B report (default REPORTS/ab-<time>)")
     return p
@@ -107,9 +126,21 @@ def run(args: argparse.Namespace) -> int:
     out: Path = (args.out or reports_dir() / f"ab-{report_mod.stamp()}").resolve()
     if (out / report_mod.JSON_NAME).exists():
         raise VfleetError(f"{out} already holds an A/B report; pass another --out")
-    images = {
-        name: image_mod.from_reference(ref).as_dict() for name, ref in (("A", args.image_a), ("B", args.image_b)) if ref
-    }
+    if not args.aa and gate.same_url(args.url_a, url_b):
+        raise ab.AbInputError(
+            f"--a and --b are both {args.url_a}: an A/B compares two servers; for a server against itself pass --aa"
+        )
+    if args.promotion:
+        if args.aa:
+            raise ab.AbInputError("--promotion and --aa: an A/A run cannot show a new image not worse")
+        floors = gate.settings_problems(s.model_dump(), list(profile.verify.load.levels) if profile else None)
+        if floors:
+            raise ab.AbInputError("below a promotion A/B's floors: " + "; ".join(floors))
+    images = read_images(args)
+    if args.promotion:
+        bad = gate.arms_problems({n: {"url": u, "image": images.get(n)} for n, u in (("A", args.url_a), ("B", url_b))})
+        if bad:
+            raise ab.AbInputError("not a promotion A/B: " + "; ".join(bad))
     key = apikey.resolve(args.api_key_env, args.env_file)
     model = args.model or (profile.served_model_name() if profile else None)
     arm_a = ab.probe_arm("A", args.url_a, key.value, model)
@@ -121,10 +152,32 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     res = ab.run(arm_a, arm_b, s, aa=args.aa, progress=lambda m: print(f"  {m}", flush=True))
-    rep = report_mod.build(res, {"profile": args.profile, "api_key": key.source}, images)
+    rep = report_mod.build(res, {"profile": args.profile, "api_key": key.source, "promotion": args.promotion}, images)
     report_mod.write(rep, out)
     print(summary(rep, out))
     return 1 if res.broken else 0
+
+
+def read_images(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Each arm's image as its serving container runs it (vfleet.verify.image.from_container: docker
+    inspect of the container's image RepoDigests). A typed --image-X is only a cross-check: without
+    --container-X it is refused (a typed digest is a label, not a reading), and one that names another
+    image than the container runs is an error."""
+    images: dict[str, dict[str, Any]] = {}
+    for name in ("A", "B"):
+        low = name.lower()
+        container, host, ref = (getattr(args, f"{k}_{low}") for k in ("container", "docker_host", "image"))
+        if container is None:
+            if ref is not None:
+                raise ab.AbInputError(
+                    f"--image-{low} {ref} without --container-{low}: an arm's digest is read from the container "
+                    f"serving it, never typed; pass --container-{low} NAME [--docker-host-{low} URL]"
+                )
+            if host is not None:
+                raise ab.AbInputError(f"--docker-host-{low} without --container-{low}")
+            continue
+        images[name] = image_mod.from_container(container, host, ref).as_dict()
+    return images
 
 
 def summary(rep: dict[str, Any], out: Path) -> str:
@@ -133,8 +186,17 @@ def summary(rep: dict[str, Any], out: Path) -> str:
         lines.append(f"  no verdict: the run broke: {rep['broken']}")
     for c in rep["comparisons"]:
         iv = f"[{c['low']:.3f}, {c['high']:.3f}]" if c["low"] is not None else "(no interval)"
+        seen = f"{c['detectable']:.1%}" if c.get("detectable") is not None else "–"
+        ni = "NOT WORSE" if c.get("not_worse") else "NOT SHOWN NOT WORSE"
         lines.append(
-            f"  C{c['level']} {c['label']:<12} B/A {c['ratio']:.3f} {iv} {c['verdict'].upper():<12} ({c['direction']})"
+            f"  C{c['level']} {c['label']:<12} B/A {c['ratio']:.3f} {iv} {c['verdict'].upper():<12} "
+            f"{ni:<19} detectable {seen:>6} ({c['direction']})"
+        )
+    if rep["comparisons"] and not rep["broken"]:
+        margin = rep["settings"]["min_effect"]
+        lines.append(
+            f"  not worse within {margin:.0%} on every metric: {'yes' if rep.get('not_worse') else 'NO'}; "
+            f"smallest regression this run could show: {_pct(rep.get('detectable'))} (the largest 'detectable' above)"
         )
     if rep["mode"] == "A/A" and rep["comparisons"]:
         fv = rep["false_verdicts"] or []

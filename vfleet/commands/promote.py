@@ -6,8 +6,10 @@ checks, and the summary must name the digest, the profile and this checkout's se
 carry report.json's sha256 and be younger than the profile's verify.report_max_age_days (default 30).
 With --check, exit 0 only if the image is promoted for the profile and the report its registry entry
 names still passes all of that (the Ansible preflight uses this). A profile that sets
-verify.ab_not_worse also needs an A/B report (`vfleet ab --image-a --image-b`) of the image against
-the one promoted last for the profile, complete and with no metric worse; the entry names it.
+verify.ab_not_worse also needs a promotion A/B report (`vfleet ab --promotion --container-a
+--container-b`, digests read from the serving containers) of the image against the one promoted last
+for the profile, complete and showing every metric not worse within the margin (non-inferiority,
+recomputed from its rounds; inconclusive is refused); the entry names it.
 
 REF is REPO@sha256:DIGEST (the digest is taken from it) or REPO:TAG (docker's RepoDigests entry of
 REPO on this host); an image that was never pushed or pulled has no registry digest and is refused.

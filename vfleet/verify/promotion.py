@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vfleet.ab import gate as ab_gate
 from vfleet.errors import VfleetError
 from vfleet.paths import profiles_digest, reports_dir
 from vfleet.profiles import Catalog
@@ -202,7 +203,13 @@ def _entries(registry: Path) -> list[dict[str, Any]]:
 
 
 def ab_problems(rep: dict[str, Any], baseline: str, digest: str, profile: str) -> list[str]:
-    """Why an A/B report (vfleet.ab.report) cannot show that ``digest`` is not worse than ``baseline``."""
+    """Why an A/B report (vfleet.ab.report) cannot show that ``digest`` is not worse than ``baseline``.
+
+    Non-inferiority, recomputed (vfleet.ab.gate): a promotion run (`vfleet ab --promotion`) of this
+    profile, complete, at or above the floors, whose arms are two different servers running two different
+    images read from their containers, A the baseline and B ``digest``, and every metric at every one of
+    the profile's levels shown not worse within the margin from the per-round figures. An inconclusive
+    comparison is a refusal; the report's own verdicts are not read."""
     if rep.get("kind") != "vfleet-ab":
         return ["not an A/B report"]
     arms = rep.get("arms") or {}
@@ -216,17 +223,24 @@ def ab_problems(rep: dict[str, Any], baseline: str, digest: str, profile: str) -
         why.append(f"profile {rep.get('profile')}")
     if rep.get("mode") != "A/B":
         why.append(f"mode {rep.get('mode')}")
-    if rep.get("status") != "complete" or not rep.get("comparisons"):
+    if rep.get("promotion") is not True:
+        why.append("not a promotion run (vfleet ab --promotion)")
+    if rep.get("status") != "complete" or rep.get("broken") or not rep.get("comparisons"):
         why.append(f"the run did not complete ({rep.get('broken') or rep.get('status')})")
-    worse = sorted(k for k, v in (rep.get("verdicts") or {}).items() if v == "worse")
-    if worse:
-        why.append("worse: " + ", ".join(worse))
+        return why
+    if why:
+        return why
+    levels = list(Catalog().load(profile).verify.load.levels)
+    why += ab_gate.arms_problems(arms)
+    why += ab_gate.settings_problems(rep.get("settings") or {}, levels)
+    if not why:  # the bootstrap only for a report that could pass otherwise
+        why += ab_gate.comparisons_problems(rep, levels)
     return why
 
 
 def find_ab_report(baseline: str, digest: str, profile: str, ab_report: Path | None) -> Path:
-    """The newest complete A/B report of ``digest`` (arm B) against ``baseline`` (arm A) on ``profile``
-    with no metric worse; VfleetError naming what is wrong otherwise."""
+    """The newest promotion A/B report of ``digest`` (arm B) against ``baseline`` (arm A) on ``profile``
+    that shows every metric not worse (ab_problems); VfleetError naming what is wrong otherwise."""
 
     def check(path: Path) -> list[str]:
         rep = _load(path)
@@ -236,10 +250,11 @@ def find_ab_report(baseline: str, digest: str, profile: str, ab_report: Path | N
     if path is not None:
         return path
     raise VfleetError(
-        f"profile {profile} sets verify.ab_not_worse: promoting {digest} needs a complete A/B report against the "
-        f"promoted {baseline} with no metric worse, in {where} ({'; '.join(seen[:5]) or 'no A/B reports found'}); "
-        f"run `vfleet ab --a URL_OF_PROMOTED --image-a REPO@{baseline} --b URL_OF_NEW --image-b REPO@{digest} "
-        f"--profile {profile}` first"
+        f"profile {profile} sets verify.ab_not_worse: promoting {digest} needs a promotion A/B report against the "
+        f"promoted {baseline} showing every metric not worse within the margin, in {where} "
+        f"({'; '.join(seen[:5]) or 'no A/B reports found'}); run `vfleet ab --promotion --profile {profile} "
+        f"--a URL_OF_PROMOTED --container-a NAME [--docker-host-a URL] --b URL_OF_NEW --container-b NAME "
+        f"[--docker-host-b URL]` first"
     )
 
 
