@@ -115,7 +115,7 @@ def test_a_vulnerable_image_fails_the_production_default_with_the_ids_and_the_fi
     assert "GHSA-34jh-p97f-mpxf in urllib3 2.2.1 (unknown-severity; fixed in 2.2.2)" in msg
     assert "PYSEC-2099-1 in urllib3 2.2.1 (unknown-severity; no fixed version known)" in msg
     assert "upgrade" in msg and "allow entry (id, reason, expires: YYYY-MM-DD)" in msg
-    assert "the built-in default" in msg  # no vulnerability-policy.yaml in the checkout: where the rule came from
+    assert f"FAIL under the production policy ({ROOT / vpolicy.POLICY_FILE})" in msg  # where the rule came from
 
 
 def allow(entries: list[tuple[str, dt.date]], extra: str = "") -> str:
@@ -237,6 +237,18 @@ def test_a_bad_policy_file_is_named_with_the_fix(tmp_path: Path, text: str, name
     with pytest.raises(SupplyError) as exc:
         vpolicy.rules(ROOT, True, path)
     assert str(exc.value).startswith(f"vulnerability policy {path}: ") and named in str(exc.value)
+
+
+def test_the_checkouts_policy_file_spells_out_the_built_in_default(tmp_path: Path) -> None:
+    for production in (True, False):
+        shipped, built_in = vpolicy.rules(ROOT, production), vpolicy.rules(tmp_path, production)
+        assert "built-in default" in built_in.source and shipped.source == str(ROOT / vpolicy.POLICY_FILE)
+        assert (shipped.severity, shipped.unchecked, shipped.allow) == (
+            built_in.severity,
+            built_in.unchecked,
+            built_in.allow,
+        )
+    assert set(vpolicy.rules(ROOT, True).severity.values()) == {"fail"}
 
 
 def test_policy_sources_and_profiles(tmp_path: Path) -> None:
