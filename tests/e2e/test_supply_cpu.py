@@ -52,7 +52,18 @@ def test_cpu_build_is_recorded_signed_and_verifies(tmp_path: Path, capsys: pytes
     # Every package was put to the service (an image may hold two versions of one, e.g. setuptools).
     assert vulns["audited"] + len(vulns["not_audited"]) == vulns["packages"], vulns["status"]
 
-    rc = main(["image", "verify", images.image_ref("cpu"), "--key", str(pub), "--store", str(store), "--json"])
+    # The CPU image serves tiny/cpu, a non-production profile: its vulnerability policy warns of findings
+    # and of an unchecked report, and passes a clean one (the production policy is test_supply_policy.py's).
+    argv = ["image", "verify", images.image_ref("cpu"), "--key", str(pub), "--store", str(store), "--json"]
+    rc = main([*argv, "--profile", "tiny/cpu"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0, out["reason"]
     assert out["digest"] == ident.image_id and out["vulnerabilities"] == vulns["status"]
+    judged = out["vulnerability_policy"]
+    assert judged["line"] in out["reason"]
+    if vulns["status"].startswith("no known vulnerabilities"):
+        assert (judged["verdict"], judged["checked"]) == ("pass", True), judged
+    elif vulns["status"].startswith("vulnerable:"):
+        assert (judged["verdict"], judged["checked"]) == ("warn", True) and "WARNING" in judged["line"], judged
+    else:
+        assert (judged["verdict"], judged["checked"]) == ("warn", False) and "NOT CHECKED" in judged["line"], judged

@@ -57,7 +57,10 @@ def store_copy(signed: dict[str, Any], tmp_path: Path) -> Path:
 def verify(
     ref: str, store: Path, pub: Path, *extra: str, capsys: pytest.CaptureFixture[str]
 ) -> tuple[int, dict[str, Any]]:
-    rc = main(["image", "verify", ref, "--key", str(pub), "--store", str(store), "--json", *extra])
+    """The stand-in's record says "unknown: not run" (built with audit=False): verified as for tiny/cpu, a
+    non-production profile, whose vulnerability policy warns of that (test_unaudited_image_fails_production)."""
+    argv = ["image", "verify", ref, "--key", str(pub), "--store", str(store), "--json", *extra]
+    rc = main(argv if "--profile" in extra else [*argv, "--profile", "tiny/cpu"])
     out = json.loads(capsys.readouterr().out)
     return rc, out
 
@@ -82,7 +85,10 @@ def test_signed_image_verifies(signed: dict[str, Any], capsys: pytest.CaptureFix
         "sbom",
         "vulnerabilities",
         "materials",
+        "vulnerability-policy",
     ]
+    assert "; NOT CHECKED: vulnerabilities: unknown: not run" in out["reason"], out["reason"]
+    assert out["vulnerability_policy"]["verdict"] == "warn" and not out["vulnerability_policy"]["checked"]
     bom = json.loads((record_dir(signed["store"], ident.image_id) / SBOM).read_text())
     patches = [c["name"] for c in bom["components"] if c.get("group") == "vfleet" and c["type"] == "file"]
     from image_helpers import series_patches
@@ -90,6 +96,17 @@ def test_signed_image_verifies(signed: dict[str, Any], capsys: pytest.CaptureFix
     assert patches == [Path(p).name for p in series_patches("cpu")]
     vllm = next(c for c in bom["components"] if c["name"] == "vllm")
     assert len(vllm["pedigree"]["patches"]) == len(patches)
+
+
+def test_unaudited_image_fails_production(signed: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """The production profile's policy (also what verify uses when no profile is named) fails a report
+    nobody checked, and says how to pass."""
+    for extra in (["--profile", "glm-5.3-flash/h200"], ["--profile", "tiny/cpu", "--profile", "kimi-k3/gb300"]):
+        rc, out = verify(REF_A, signed["store"], signed["pub"], *extra, capsys=capsys)
+        assert rc == 1 and failed(out) == "vulnerability-policy", out["reason"]
+        assert "vulnerabilities: NOT CHECKED (unknown: not run" in out["reason"] and "unchecked: warn" in out["reason"]
+    rc = main(["image", "verify", REF_A, "--key", str(signed["pub"]), "--store", str(signed["store"]), "--json"])
+    assert rc == 1 and failed(json.loads(capsys.readouterr().out)) == "vulnerability-policy"
 
 
 def test_unsigned_image_fails(signed: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -259,7 +276,7 @@ def _fleet_page_provenance(signed: dict[str, Any], store: Path, by_digest: str, 
     from vfleet.pages.fleet_html import node_cells
     from vfleet.supply.check import fleet_provenance
 
-    base = {"container": "running", "image_id": image_id}
+    base = {"container": "running", "image_id": image_id, "profile": "tiny/cpu"}
     rows: list[dict[str, Any]] = [
         {**base, "node": "by-digest", "image": by_digest},
         {**base, "node": "by-tag", "image": "vfleet-supply-test:a", "repo_digests": [by_digest]},
@@ -281,9 +298,12 @@ def _fleet_page_provenance(signed: dict[str, Any], store: Path, by_digest: str, 
     assert "the container runs sha256:" in rows[2]["provenance"]["detail"]
     assert "could not check: NOT verified" in rows[3]["provenance"]["detail"]
     cells = {r["node"]: node_cells(r)["provenance"].state for r in rows}
+    # verified, but the stand-in's report was never checked for vulnerabilities (audit=False): not green
+    # (test_supply_policy.py shows the cell green for a checked pass)
+    assert "NOT CHECKED: vulnerabilities: unknown: not run" in node_cells(rows[0])["provenance"].why
     assert cells == {
-        "by-digest": "ok",
-        "by-tag": "ok",
+        "by-digest": "unknown",
+        "by-tag": "unknown",
         "other-image": "bad",
         "not-in-registry": "unknown",
         "local-only": "unknown",

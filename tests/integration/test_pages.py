@@ -227,7 +227,11 @@ def test_fleet_rollup_is_ok_only_when_every_cell_checks_out(chromium: Browser, t
     digest = "sha256:" + "cd" * 32
     rows[0] |= {
         "repo_digests": [f"registry:5000/vfleet-cpu@{digest}"],
-        "provenance": {"status": "verified", "detail": "signed by a trusted key"},
+        "provenance": {
+            "status": "verified",
+            "detail": "signed by a trusted key",
+            "vulnerabilities": {"verdict": "pass", "checked": True, "line": "vulnerabilities: 0 known"},
+        },
     }
     status = tmp_path / "status.json"
     status.write_text(json.dumps(rows))
@@ -247,7 +251,11 @@ def test_a_gate_switched_off_is_not_green(chromium: Browser, tmp_path: Path) -> 
     rows = status_rows(tmp_path)[:1]
     rows[0] |= {
         "repo_digests": ["registry:5000/vfleet-cpu@sha256:" + "cd" * 32],
-        "provenance": {"status": "verified", "detail": "signed by a trusted key"},
+        "provenance": {
+            "status": "verified",
+            "detail": "signed by a trusted key",
+            "vulnerabilities": {"verdict": "pass", "checked": True, "line": "vulnerabilities: 0 known"},
+        },
     }
     skipped = "promotion: the image is not checked to be promoted (vfleet_node_check_promotion false)"
     older = rows[0] | {"node": "n2"}

@@ -17,9 +17,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vfleet.profile_schema import FAMILIES
+
+if TYPE_CHECKING:
+    from vfleet.supply.policy import Rules
 
 ACTIONS = ("dockerd", "base", "wheels", "standin", "build", "layers", "sign", "verify")
 
@@ -58,6 +61,19 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     )
     sup.add_argument("--json", action="store_true", help="verify: print the result as JSON")
     sup.add_argument("--allow-standin", action="store_true", help="verify: accept the local GPU stand-in base")
+    sup.add_argument(
+        "--profile",
+        action="append",
+        default=[],
+        help="verify: a serve profile that will run the image (repeatable): the vulnerability policy of its class "
+        "(production or not) applies, the production one if any is; none given: the production one",
+    )
+    sup.add_argument(
+        "--policy",
+        type=Path,
+        metavar="FILE",
+        help="verify: the vulnerability policy file (default: vulnerability-policy.yaml of the checkout, if any)",
+    )
     return p
 
 
@@ -122,7 +138,8 @@ def _supply(args: argparse.Namespace) -> int:
         print(sign_image(args.name, args.key[0], store))
         return 0
     keys = [load_public_key(p) for p in trusted_key_paths(args.key)]
-    res = verify(args.name, keys, store, home(), allow_standin=args.allow_standin)
+    rules = vuln_rules(args.profile, args.policy, home())
+    res = verify(args.name, keys, store, home(), allow_standin=args.allow_standin, rules=rules)
     if args.json:
         print(json.dumps(res.to_dict(), indent=1))
     else:
@@ -131,4 +148,19 @@ def _supply(args: argparse.Namespace) -> int:
             print(f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.message}", file=sys.stderr)
         if res.vulnerabilities:
             print(f"  vulnerabilities: {res.vulnerabilities}", file=sys.stderr)
+        if res.judgement and res.judgement.verdict == "warn":
+            print(f"WARNING: {res.judgement.line}", file=sys.stderr)
     return 0 if res.ok else 1
+
+
+def vuln_rules(profiles: list[str], policy: Path | None, root: Path) -> Rules:
+    """The vulnerability policy for the profiles that will run the image: production's if any of them is
+    production (or none is named); each name must be a profile of this checkout."""
+    from vfleet.profiles import Catalog
+    from vfleet.supply import policy as vpolicy
+
+    production = True
+    if profiles:
+        catalog = Catalog(root / "serve_configs")
+        production = any(catalog.load(p).production for p in profiles)
+    return vpolicy.rules(root, production, policy)

@@ -187,10 +187,25 @@ def _provenance(row: dict[str, Any]) -> Cell:
         return html.unknown("no provenance check ran for this image", "unknown (not checked)")
     status, detail = str(prov.get("status") or ""), str(prov.get("detail") or "")
     if status == "verified":
-        return Cell("verified", "ok", detail)
+        return _vulnerabilities(prov.get("vulnerabilities"), detail)
     if status == "failed":
         return Cell("failed", "bad", detail)
     return html.unknown(detail or f"provenance status {status!r}", status or "unknown")
+
+
+def _vulnerabilities(vulns: Any, detail: str) -> Cell:
+    """A verified image is green only when the vulnerability policy passed a report that was checked: a
+    warning, an unchecked report (the database was unreachable) or a row that does not say is not."""
+    if not isinstance(vulns, dict):
+        return html.unknown(f"{detail}; the vulnerability policy's verdict is not recorded", "verified, vulns ?")
+    verdict, line = str(vulns.get("verdict") or ""), str(vulns.get("line") or "")
+    if verdict == "fail":
+        return Cell("vulnerable", "bad", line)
+    if verdict == "pass" and vulns.get("checked") is True:
+        return Cell("verified", "ok", f"{detail}")
+    if verdict == "warn" and vulns.get("checked") is True:
+        return html.unknown(line, "verified, vulns WARN")
+    return html.unknown(line or f"vulnerability verdict {verdict!r}", "verified, vulns NOT CHECKED")
 
 
 def node_cells(row: dict[str, Any]) -> dict[str, Cell]:

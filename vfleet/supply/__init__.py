@@ -6,6 +6,7 @@ One module a job:
   sbom        syft's CycloneDX SBOM of the image, with the vfleet patch set added as components
   audit       pip-audit of the Python packages the SBOM lists ("unknown" when its database is unreachable)
   provenance  materials of a build, the in-toto Statement, DSSE signing with an ed25519 key
+  policy      the vulnerability policy: what a report's findings (or its "unknown") do to verify
   check       `vfleet image verify`: every check, each failure named
   attest      what `vfleet image build` runs after a build, and `vfleet image sign`
 """

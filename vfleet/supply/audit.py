@@ -108,7 +108,13 @@ def _summarise(report: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
     vulnerable = [d for d in audited if d.get("vulns")]
     report["not_audited"] = [{"name": d["name"], "reason": d["skip_reason"]} for d in skipped]
     report["vulnerable"] = [
-        {"name": d["name"], "version": d.get("version"), "vulns": [v.get("id") for v in d["vulns"]]} for d in vulnerable
+        {
+            "name": d["name"],
+            "version": d.get("version"),
+            "vulns": [v.get("id") for v in d["vulns"]],
+            "details": [_detail(v) for v in d["vulns"]],
+        }
+        for d in vulnerable
     ]
     report["audited"] = len(audited)
     if deps and not audited:
@@ -127,3 +133,17 @@ def _summarise(report: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
             f"; {len(skipped)} not audited (unknown)" if skipped else ""
         )
     return report
+
+
+def _detail(vuln: dict[str, Any]) -> dict[str, Any]:
+    """What the vulnerability policy (supply/policy.py) reads of one finding: the aliases an allow entry
+    may name (a CVE for a PYSEC ID), the fixed versions the fix names, and a severity only where the
+    report has one (pip-audit 2.10's JSON has none: the policy calls that unknown-severity)."""
+    out: dict[str, Any] = {
+        "id": vuln.get("id"),
+        "aliases": list(vuln.get("aliases") or []),
+        "fix_versions": list(vuln.get("fix_versions") or []),
+    }
+    if vuln.get("severity"):
+        out["severity"] = vuln["severity"]
+    return out

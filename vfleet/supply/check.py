@@ -5,7 +5,9 @@ made (its input is missing, or one it depends on failed) is a failure, never a p
 Checks: digest (REF's digest, asked of its registry or this daemon), record (the store holds the image's
 record), signature (a trusted key signed the Statement for this digest), subject (the Statement names
 REF's digest and image ID), sbom and vulnerabilities (present, with the digests that were signed),
-materials (the base, wheels, versions.json, patch series, patches and profiles match this checkout).
+materials (the base, wheels, versions.json, patch series, patches and profiles match this checkout),
+vulnerability-policy (the signed report judged by the vulnerability policy, supply/policy.py: a ``fail``
+fails verify, with the IDs and the fix; a ``warn`` passes, and the result says so).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from securesystemslib.signer import Key  # type: ignore[attr-defined]
 
 from vfleet.errors import VfleetError
 from vfleet.patchset.fetch import sha256_file as file_sha256
+from vfleet.supply import policy as vpolicy
 from vfleet.supply import provenance as prov
 from vfleet.supply.identity import Identity, resolve
 from vfleet.supply.store import STATEMENT, SupplyError, envelope_path, record_dir
@@ -39,6 +42,7 @@ class Result:
     image_id: str = ""
     signer: str = ""
     vulnerabilities: str = ""
+    judgement: vpolicy.Judgement | None = None
 
     @property
     def ok(self) -> bool:
@@ -48,7 +52,8 @@ class Result:
     def reason(self) -> str:
         bad = next((c for c in self.checks if not c.ok), None)
         if bad is None:
-            return f"verified {self.ref} ({self.digest}): signed by {self.signer}; SBOM and materials match"
+            line = f"; {self.judgement.line}" if self.judgement else ""
+            return f"verified {self.ref} ({self.digest}): signed by {self.signer}; SBOM and materials match{line}"
         return f"NOT verified {self.ref}: {bad.name}: {bad.message}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -60,24 +65,45 @@ class Result:
             "image_id": self.image_id,
             "signer": self.signer,
             "vulnerabilities": self.vulnerabilities,
+            "vulnerability_policy": self.judgement.to_dict() if self.judgement else None,
             "checks": [c.__dict__ for c in self.checks],
         }
 
 
-def verify(ref: str, keys: list[Key], store: Path, home: Path, *, allow_standin: bool = False) -> Result:
+def verify(
+    ref: str,
+    keys: list[Key],
+    store: Path,
+    home: Path,
+    *,
+    allow_standin: bool = False,
+    rules: vpolicy.Rules | None = None,
+) -> Result:
+    """RULES: the vulnerability policy to judge the report by; none given is the checkout's for production
+    (a caller that does not say which profile runs the image gets the strictest one)."""
+    rules = rules or vpolicy.rules(home, production=True)
     res = Result(ref)
+    if not keys:  # nothing could pass: say so before asking the registry anything
+        res.checks.append(Check("signature", False, "no trusted key given (--key PUB or VFLEET_TRUSTED_KEYS)"))
+        return res
+    try:
+        ident = resolve(ref)
+    except SupplyError as exc:
+        res.checks.append(Check("digest", False, str(exc)))
+        return res
+    return verify_identity(ident, keys, store, home, rules, allow_standin=allow_standin)
+
+
+def verify_identity(
+    ident: Identity, keys: list[Key], store: Path, home: Path, rules: vpolicy.Rules, *, allow_standin: bool = False
+) -> Result:
+    """Every check after the digest: IDENT is what the registry (or this daemon) said REF is."""
+    res = Result(ident.ref)
 
     def fail(name: str, msg: str) -> Result:
         res.checks.append(Check(name, False, msg))
         return res
 
-    if not keys:  # nothing could pass: say so before asking the registry anything
-        return fail("signature", "no trusted key given (--key PUB or VFLEET_TRUSTED_KEYS)")
-
-    try:
-        ident = resolve(ref)
-    except SupplyError as exc:
-        return fail("digest", str(exc))
     res.digest, res.image_id = ident.digest, ident.image_id
     res.checks.append(Check("digest", True, f"{ident.digest} ({ident.kind})"))
     rec = record_dir(store, ident.image_id)
@@ -105,7 +131,9 @@ def verify(ref: str, keys: list[Key], store: Path, home: Path, *, allow_standin:
         if msg:
             return fail(name, msg)
         res.checks.append(Check(name, True, f"{products[name]['uri']} matches the signed sha256"))
-    res.vulnerabilities = str(json.loads((rec / products["vulnerabilities"]["uri"]).read_text()).get("status", ""))
+    report = json.loads((rec / products["vulnerabilities"]["uri"]).read_text())
+    report = report if isinstance(report, dict) else {}
+    res.vulnerabilities = str(report.get("status", ""))
     try:
         problems = material_problems(stmt, home, allow_standin=allow_standin)
     except (OSError, VfleetError) as exc:
@@ -113,6 +141,8 @@ def verify(ref: str, keys: list[Key], store: Path, home: Path, *, allow_standin:
     if problems:
         return fail("materials", "; ".join(problems))
     res.checks.append(Check("materials", True, f"match {home}"))
+    res.judgement = vpolicy.judge(report, rules)
+    res.checks.append(Check("vulnerability-policy", res.judgement.verdict != "fail", res.judgement.line))
     return res
 
 
@@ -227,12 +257,15 @@ def wheel_problems(mats: dict[str, dict[str, Any]], home: Path, pinned: Any) -> 
 
 
 def fleet_provenance(rows: list[dict[str, Any]], keys: list[Key], store: Path, home: Path) -> None:
-    """Add ``provenance: {status, detail}`` to each status row (ansible/status.yml) that runs an image:
-    the same verification as the rollout's gate, once per distinct image, for the registry digest the
-    node runs, and only if the verified image is the one the node's container runs. A reference that
-    cannot be tied to a digest (no registry digest, a registry that does not answer) or a run with no
-    trusted key is "unknown", with the reason; it is never "verified"."""
-    seen: dict[str, Result] = {}
+    """Add ``provenance: {status, detail, vulnerabilities}`` to each status row (ansible/status.yml) that
+    runs an image: the same verification as the rollout's gate, once per distinct image and class of
+    profile (the vulnerability policy of the row's profile; an unknown profile is judged as production),
+    for the registry digest the node runs, and only if the verified image is the one the node's container
+    runs. A reference that cannot be tied to a digest (no registry digest, a registry that does not
+    answer) or a run with no trusted key is "unknown", with the reason; it is never "verified". The page
+    shows a verified image whose report the policy warns about, or which nobody could check for
+    vulnerabilities, as not green (``vulnerabilities``: the policy's verdict, checked and line)."""
+    seen: dict[tuple[str, bool], Result] = {}
     for row in rows:
         if row.get("container") in (None, "", "absent", "unreachable") or not row.get("image_id"):
             continue
@@ -247,15 +280,36 @@ def fleet_provenance(rows: list[dict[str, Any]], keys: list[Key], store: Path, h
                 "detail": "no trusted key given (vfleet fleet status --trusted-key PUB, or VFLEET_TRUSTED_KEYS)",
             }
             continue
-        if refs[0] not in seen:
-            seen[refs[0]] = verify(refs[0], keys, store, home)
-        res = seen[refs[0]]
-        if res.ok and res.image_id != row["image_id"]:
-            detail = f"{refs[0]} is image {res.image_id}; the container runs {row['image_id']}"
-            row["provenance"] = {"status": "failed", "detail": detail}
-        elif res.ok:
-            row["provenance"] = {"status": "verified", "detail": res.reason}
-        elif res.checks and res.checks[-1].name == "digest":
-            row["provenance"] = {"status": "unknown", "detail": f"could not check: {res.reason}"}
-        else:
-            row["provenance"] = {"status": "failed", "detail": res.reason}
+        production = profile_is_production(str(row.get("profile") or ""), home)
+        if (refs[0], production) not in seen:
+            rules = vpolicy.rules(home, production)
+            seen[(refs[0], production)] = verify(refs[0], keys, store, home, rules=rules)
+        row["provenance"] = provenance_entry(seen[(refs[0], production)], str(row["image_id"]))
+
+
+def provenance_entry(res: Result, runs: str) -> dict[str, Any]:
+    """The ``provenance`` of a status row whose container runs image RUNS, from the verification RES of
+    the digest it was pulled by."""
+    if res.ok and res.image_id != runs:
+        entry = {"status": "failed", "detail": f"{res.ref} is image {res.image_id}; the container runs {runs}"}
+    elif res.ok:
+        entry = {"status": "verified", "detail": res.reason}
+    elif res.checks and res.checks[-1].name == "digest":
+        entry = {"status": "unknown", "detail": f"could not check: {res.reason}"}
+    else:
+        entry = {"status": "failed", "detail": res.reason}
+    j = res.judgement
+    if j is not None:
+        return {**entry, "vulnerabilities": {"verdict": j.verdict, "checked": j.checked, "line": j.line}}
+    return entry
+
+
+def profile_is_production(name: str, home: Path) -> bool:
+    """Whether the profile NAME takes production traffic (its model's fact); a name that does not load (none
+    given, '?', a profile this checkout does not have) counts as production: the stricter policy."""
+    from vfleet.profiles import Catalog
+
+    try:
+        return Catalog(home / "serve_configs").load(name).production if name else True
+    except (VfleetError, OSError, ValueError):
+        return True
