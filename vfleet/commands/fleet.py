@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import os
 import secrets
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -289,8 +290,22 @@ def _sign_pushed(args: argparse.Namespace, digest_ref: str) -> None:
     print(f"signed {digest_ref}: {sign_image(digest_ref, args.sign_key, args.store or default_store())}")
 
 
+def _docker_for_test_fleet(args: argparse.Namespace) -> None:
+    """A test fleet lives in this machine's dockerd (its nodes, registry and balancer are containers, and
+    Ansible reaches them through the docker CLI): start it first, as `vfleet image build` does, so that a
+    newcomer's first `make fleet-up` works on a machine where no daemon runs yet. A real inventory's
+    nodes are reached over SSH and need no local daemon."""
+    if args.fleet_command in ("up", "down", "push", "stage", "show") or getattr(args, "name", None):
+        from vfleet.dockerd import ensure_dockerd
+
+        state = ensure_dockerd()
+        if state != "running":
+            print(f"dockerd: {state}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     cmd = args.fleet_command
+    _docker_for_test_fleet(args)
     if cmd in ("rollout", "rollback", "verify", "status", "lb"):
         return _playbook(args)
     if cmd == "up":
