@@ -11,6 +11,8 @@ import base64
 import json
 import os
 import stat
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -262,3 +264,24 @@ def test_a_reference_without_a_registry_is_refused_naming_the_fix(ref: str) -> N
     assert f"{ref} names no registry" in str(err.value) and "REGISTRY/REPO@sha256:DIGEST" in str(err.value)
     with pytest.raises(SupplyError, match="names no registry"):
         registry_manifest_digest(ref)
+
+
+def test_image_resolve_prints_the_digest_reference_the_registry_names(docker_config: Path) -> None:
+    """`vfleet image resolve REF --json`: the tag resolved at the registry, with the login; and a
+    reference it cannot resolve is exit 1 with the reason, never a digest."""
+    for reg in _serve("bearer"):
+        _write_config(docker_config, _auths(reg.host))
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        argv = [sys.executable, "-m", "vfleet", "image", "resolve"]
+        ok = subprocess.run(
+            [*argv, f"{reg.host}/{REPO}:v1", "--json"], capture_output=True, text=True, env=env, check=False
+        )
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        got = json.loads(ok.stdout)
+        assert (got["resolved"], got["digest"], got["image"]) == (True, DIGEST, f"{reg.host}/{REPO}@{DIGEST}")
+        assert PASSWORD not in ok.stdout + ok.stderr and TOKEN not in ok.stdout + ok.stderr
+        bad = subprocess.run(
+            [*argv, f"{reg.host}/{REPO}:v2", "--json"], capture_output=True, text=True, env=env, check=False
+        )
+        assert bad.returncode == 1, bad.stdout + bad.stderr
+        assert json.loads(bad.stdout)["digest"] == "" and "has no manifest team/vfleet-cpu:v2 (404)" in bad.stdout

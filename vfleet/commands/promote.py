@@ -35,7 +35,9 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(
         name, help="promote an image that passed boot-verify", description=__doc__
     )
-    p.add_argument("image", metavar="REF", help="REGISTRY/REPO@sha256:DIGEST, or REGISTRY/REPO:TAG (its registry is asked)")
+    p.add_argument(
+        "image", metavar="REF", help="REGISTRY/REPO@sha256:DIGEST, or REGISTRY/REPO:TAG (its registry is asked)"
+    )
     p.add_argument("--profile", required=True, help="serve profile (MODEL/PLATFORM)")
     p.add_argument(
         "--report", type=Path, help="report directory or report.json (default: search the reports root, VFLEET_REPORTS)"
