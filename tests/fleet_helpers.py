@@ -20,8 +20,12 @@ from vfleet.fleet.inventory import TEST_FLEET_GROUP
 NOWHERE = "127.0.0.1:9/vfleet/nowhere@sha256:" + "ab" * 32
 
 
-def local_inventory(tmp: Path, *, test_fleet: bool = False, **node_vars: Any) -> Path:
-    """One node, gate-node, profile tiny/cpu; with TEST_FLEET the group `vfleet fleet up` writes."""
+def local_inventory(
+    tmp: Path, *, test_fleet: bool = False, lock_vars: dict[str, Any] | None = None, **node_vars: Any
+) -> Path:
+    """One node, gate-node, profile tiny/cpu; with TEST_FLEET the group `vfleet fleet up` writes. The
+    fleet lock is on localhost (vfleet_lock_host), unless LOCK_VARS (all's vars) say otherwise."""
+    lock_vars = lock_vars or {}
     inv = tmp / "inventory.yml"
     node = {
         "ansible_connection": "local",
@@ -42,7 +46,14 @@ def local_inventory(tmp: Path, *, test_fleet: bool = False, **node_vars: Any) ->
         children[TEST_FLEET_GROUP] = {"children": {"vfleet_nodes": {}}}
     doc = {
         "all": {
-            "vars": {"vfleet_fleet_name": "gate", "vfleet_lb_kind": "none", "vfleet_lock_path": str(tmp / "lock.json")},
+            # No balancer, so the lock needs a host: this controller, the one machine these runs start on.
+            "vars": {
+                "vfleet_fleet_name": "gate",
+                "vfleet_lb_kind": "none",
+                "vfleet_lock_path": str(tmp / "lock.json"),
+                "vfleet_lock_host": "localhost",
+                **lock_vars,
+            },
             "children": children,
         }
     }

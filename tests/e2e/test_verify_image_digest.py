@@ -1,7 +1,7 @@
 """The digest of what actually ran: `vfleet verify --container` reads the image from docker (the
 container's image id, that image's RepoDigests), `--docker-host` reaches the daemon of the container,
 an `--image` that names another image is refused, and `vfleet promote` resolves a tag to the registry
-manifest digest, not to the local image id.
+manifest digest (asked of the registry), not to the local image id.
 
 Real docker and a real registry (Debian's docker-registry, the CNCF distribution registry, on a free
 loopback port, installed with apt-get when missing): two small images made with `docker import`, one
@@ -246,7 +246,7 @@ def test_promote_resolves_a_tag_to_its_registry_digest(made: Made, tmp_path: Pat
     )
     assert refused.returncode == 2, refused.stderr
     assert f"cannot find the registry digest of {made.local}" in refused.stderr
-    assert "never pushed to or pulled from that repository; push it and pass REPO@sha256:DIGEST" in refused.stderr
+    assert "names no registry" in refused.stderr and "REGISTRY/REPO@sha256:DIGEST" in refused.stderr
     check = vfleet("promote", "--check", made.local, "--profile", "tiny/cpu", "--registry", str(reg), *trust)
     assert check.returncode == 1 and "not promoted: cannot find the registry digest" in check.stdout
 

@@ -8,6 +8,8 @@ build      build images/Dockerfile.FAMILY with the OCI labels (cpu, cuda, rocm),
            vulnerability report and provenance to the supply store (signed with --sign-key)
 sign       sign the provenance of REF (its registry manifest digest, or a local image's ID) with --key PRIV
 verify     check REF: signature by a trusted --key, subject = REF's digest, SBOM and materials (exit 0/1)
+resolve    ask REF's registry for its manifest digest and print REGISTRY/REPO@sha256:D (exit 0/1); a
+           rollout's plan runs it once, and every later step of the run uses the digest
 layers     print an image's layers and their sizes in bytes
 """
 
@@ -24,7 +26,7 @@ from vfleet.profile_schema import FAMILIES
 if TYPE_CHECKING:
     from vfleet.supply.policy import Rules
 
-ACTIONS = ("dockerd", "base", "wheels", "standin", "build", "layers", "sign", "verify")
+ACTIONS = ("dockerd", "base", "wheels", "standin", "build", "layers", "sign", "verify", "resolve")
 
 
 def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
@@ -59,7 +61,7 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
         default=[],
         help="sign: the private key (PEM); verify: a trusted public key (repeatable; default VFLEET_TRUSTED_KEYS)",
     )
-    sup.add_argument("--json", action="store_true", help="verify: print the result as JSON")
+    sup.add_argument("--json", action="store_true", help="verify, resolve: print the result as JSON")
     sup.add_argument("--allow-standin", action="store_true", help="verify: accept the local GPU stand-in base")
     sup.add_argument(
         "--profile",
@@ -87,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         images.release_base_check(args.family, allow_empty_digest=args.allow_empty_digest)
     if args.action in ("sign", "verify"):
         return _supply(args)
+    if args.action == "resolve":
+        return _resolve(args)
     if args.action == "wheels":
         print(images.fetch_wheels())
         return 0
@@ -118,6 +122,26 @@ def run(args: argparse.Namespace) -> int:
             raise images.ImageError("vfleet image layers IMAGE: name the image")
         print(images.layer_report(args.name))
     return 0
+
+
+def _resolve(args: argparse.Namespace) -> int:
+    """The one resolution of a run's image: REF's registry (with docker's login for it) names the digest."""
+    from vfleet.images.refs import ImageError
+    from vfleet.supply.identity import registry_manifest_digest, split_ref
+    from vfleet.supply.store import SupplyError
+
+    if not args.name:
+        raise ImageError("vfleet image resolve REF: name the image")
+    out: dict[str, Any] = {"ref": args.name, "resolved": False, "digest": "", "image": ""}
+    try:
+        host, path, _, _ = split_ref(args.name)
+        digest = registry_manifest_digest(args.name)
+        out.update(resolved=True, digest=digest, image=f"{host}/{path}@{digest}")
+        out["reason"] = f"{args.name} is {out['image']} at its registry"
+    except SupplyError as exc:
+        out["reason"] = f"cannot resolve {args.name} at its registry: {exc}"
+    print(json.dumps(out, indent=1) if args.json else (out["image"] or out["reason"]))
+    return 0 if out["resolved"] else 1
 
 
 def _supply(args: argparse.Namespace) -> int:

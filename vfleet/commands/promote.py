@@ -11,8 +11,9 @@ verify.ab_not_worse also needs a promotion A/B report (`vfleet ab --promotion --
 for the profile, complete and showing every metric not worse within the margin (non-inferiority,
 recomputed from its rounds; inconclusive is refused); the entry names it.
 
-REF is REPO@sha256:DIGEST (the digest is taken from it) or REPO:TAG (docker's RepoDigests entry of
-REPO on this host); an image that was never pushed or pulled has no registry digest and is refused.
+REF is REGISTRY/REPO@sha256:DIGEST (the digest is taken from it) or REGISTRY/REPO:TAG (the digest the
+registry serves for the tag now, asked with docker's login for it, as the supply-chain gate asks); a
+reference without a registry part is refused, naming the fix.
 The reports root and the registry are absolute (vfleet.paths.reports_dir), whatever the cwd."""
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(
         name, help="promote an image that passed boot-verify", description=__doc__
     )
-    p.add_argument("image", metavar="REF", help="REPO@sha256:DIGEST, or REPO:TAG (docker looks up its registry digest)")
+    p.add_argument(
+        "image", metavar="REF", help="REGISTRY/REPO@sha256:DIGEST, or REGISTRY/REPO:TAG (its registry is asked)"
+    )
     p.add_argument("--profile", required=True, help="serve profile (MODEL/PLATFORM)")
     p.add_argument(
         "--report", type=Path, help="report directory or report.json (default: search the reports root, VFLEET_REPORTS)"

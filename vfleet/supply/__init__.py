@@ -3,6 +3,7 @@
 One module a job:
   store       where an image's records live: STORE/<image-id hex>/ (the image config digest)
   identity    which digest names a reference: the registry manifest digest, or the local image ID
+  registry    a registry's login challenge answered with docker's credentials (config.json, helpers)
   sbom        syft's CycloneDX SBOM of the image, with the vfleet patch set added as components
   audit       pip-audit of the Python packages the SBOM lists ("unknown" when its database is unreachable)
   provenance  materials of a build, the in-toto Statement, DSSE signing with an ed25519 key

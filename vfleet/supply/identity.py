@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from vfleet.dockerd import DockerError, docker
+from vfleet.supply.registry import HUB_NAMES, Session
 from vfleet.supply.store import SupplyError, hex_of
 
 MANIFEST_TYPES = (
@@ -56,13 +57,17 @@ def split_ref(ref: str) -> tuple[str, str, str, str]:
 
 
 def _registry_get(host: str, path: str, reference: str) -> tuple[str, dict[str, Any]]:
-    """(Docker-Content-Digest, manifest) of HOST/PATH:REFERENCE, over https and then plain http."""
+    """(Docker-Content-Digest, manifest) of HOST/PATH:REFERENCE, over https and then plain http, with
+    docker's login for HOST when the registry asks for one (vfleet.supply.registry)."""
     headers = {"Accept": ", ".join(MANIFEST_TYPES + LIST_TYPES)}
+    if host in HUB_NAMES and "/" not in path:
+        path = f"library/{path}"  # Docker Hub's official images: docker.io/x is docker.io/library/x
     errors = []
     for scheme in ("https", "http"):
-        url = f"{scheme}://{host}/v2/{path}/manifests/{reference}"
+        session = Session(host, scheme)
+        url = f"{session.base}/v2/{path}/manifests/{reference}"
         try:
-            resp = httpx.get(url, headers=headers, timeout=15)
+            resp = session.get(f"/v2/{path}/manifests/{reference}", headers)
         except httpx.HTTPError as exc:
             errors.append(f"{url}: {exc}")
             continue
@@ -81,6 +86,27 @@ def _registry_get(host: str, path: str, reference: str) -> tuple[str, dict[str, 
     raise SupplyError(f"cannot ask registry {host} for the digest of {path}:{reference}: " + "; ".join(errors))
 
 
+def registry_manifest_digest(ref: str) -> str:
+    """The manifest digest REF's registry serves for it (a tag resolved, a digest confirmed): what a
+    rollout, promotion and the supply-chain gate all name the image by. A reference without a registry
+    part is an error naming the fix: a fleet pulls from a registry, so there must be one to ask."""
+    host, path, tag, digest = split_ref(ref)
+    if not host:
+        raise SupplyError(no_registry_message(ref))
+    got, _ = _registry_get(host, path, digest or tag)
+    if digest and got != digest:
+        raise SupplyError(f"registry {host} serves {got} for {ref}, not the digest the reference names")
+    return got
+
+
+def no_registry_message(ref: str) -> str:
+    return (
+        f"{ref} names no registry (its first part is not a host: it has no dot, no port and is not localhost), "
+        "so no registry can be asked for its digest and no node could pull it by digest; push the image and name "
+        "it as REGISTRY/REPO@sha256:DIGEST (or REGISTRY/REPO:TAG; Docker Hub is docker.io/REPO)"
+    )
+
+
 def resolve(ref: str) -> Identity:
     """The identity of REF, asked of its registry (registry references) or of this daemon (local ones)."""
     host, path, tag, digest = split_ref(ref)
@@ -92,7 +118,7 @@ def resolve(ref: str) -> Identity:
         hex_of(config)
         return Identity(ref, config, f"{host}/{path}", got, KIND_MANIFEST)
     if digest:
-        raise SupplyError(f"{ref}: a digest reference needs its registry (HOST/REPO@sha256:D)")
+        raise SupplyError(no_registry_message(ref))
     try:
         out = docker("image", "inspect", "--format", "{{json .Id}}", ref).stdout
     except DockerError as exc:

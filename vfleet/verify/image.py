@@ -6,8 +6,9 @@ So the report records both, and promotion compares manifest digests only.
 
 With `--container NAME` the image is read from docker (on `--docker-host` when given): the container's
 `.Image` id, then that image's `RepoDigests`. An operator reference given with it must name the same
-image. Without a container the digest comes from the reference itself (`REPO@sha256:D`) or from this
-host's `docker image inspect` of a tag.
+image. Without a container the report's digest comes from the reference itself (`REPO@sha256:D`) or
+from this host's `docker image inspect` of a tag. `registry_digest` (what `vfleet promote` records and
+`promote --check` looks up) asks the registry instead, as the supply-chain gate does.
 """
 
 from __future__ import annotations
@@ -225,12 +226,26 @@ def from_reference(ref: str, docker_host: str | None = None) -> ImageRecord:
 
 def registry_digest(ref: str) -> str:
     """The registry manifest digest an operator reference names (for `vfleet promote`): D of
-    REPO@sha256:D, or the RepoDigests entry of a tag's repository on this host. VfleetError otherwise."""
+    REGISTRY/REPO@sha256:D, or the digest REF's registry serves for a tag (asked of the registry, with
+    docker's login for it: vfleet.supply.registry), the same answer the supply-chain gate and a rollout's
+    plan get. Not this host's RepoDigests: they say what the tag was when this host last pulled it.
+    A reference with no registry part, or a registry that does not answer, is a VfleetError."""
+    from vfleet.supply.identity import no_registry_message, registry_manifest_digest
+    from vfleet.supply.identity import split_ref as split_registry_ref
+    from vfleet.supply.store import SupplyError
+
     if DIGEST_RE.match(ref):
         raise VfleetError(
             f"{ref}: a bare sha256 is ambiguous (a local image ID is not a registry digest); promote REPO@sha256:DIGEST"
         )
-    rec = from_reference(ref)
-    if rec.digest is None:
-        raise VfleetError(f"cannot find the registry digest of {ref}: {rec.reason}")
-    return rec.digest
+    try:
+        host, _, _, pinned = split_registry_ref(ref)
+        if not host:
+            raise SupplyError(no_registry_message(ref))
+        if pinned:
+            if not DIGEST_RE.match(pinned):
+                raise SupplyError(f"{pinned!r} is not a sha256:<64 hex> digest")
+            return pinned  # a digest names itself: the registry is not asked again
+        return registry_manifest_digest(ref)
+    except SupplyError as exc:
+        raise VfleetError(f"cannot find the registry digest of {ref}: {exc}") from exc

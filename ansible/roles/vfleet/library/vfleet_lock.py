@@ -1,12 +1,15 @@
 #!/usr/bin/python
 # Copyright: the vfleet authors. Apache-2.0.
-"""The fleet rollout lock: one JSON file on a host of the fleet (the balancer by default), so that it
-excludes every controller, not only the one that took it.
+"""The fleet rollout lock: one JSON file on a host that no run swaps (the plan's lock host: the balancer,
+a vfleet_lock host or vfleet_lock_host), so that it excludes every controller, not only the one that
+took it.
 
 It is created with O_CREAT|O_EXCL, so two controllers racing for it cannot both win. A lock is never
 taken over silently: the holder may run on another controller, where this host cannot tell whether
-it is alive. A run that ended without releasing it (killed, or a controller that lost the fleet)
-leaves it held; `force` (vfleet fleet rollout --break-lock) takes it over and returns the holder.
+it is alive (lock.yml says, from the controller, whether a holder of that controller still runs; this
+module runs on the lock host, which cannot see a controller's processes). A run that ended without
+releasing it (killed, or a controller that lost the fleet) leaves it held; `force` (vfleet fleet
+rollout --break-lock) takes it over and returns the holder.
 """
 
 from __future__ import annotations
