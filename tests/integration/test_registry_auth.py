@@ -271,7 +271,7 @@ def test_image_resolve_prints_the_digest_reference_the_registry_names(docker_con
     reference it cannot resolve is exit 1 with the reason, never a digest."""
     for reg in _serve("bearer"):
         _write_config(docker_config, _auths(reg.host))
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
         argv = [sys.executable, "-m", "vfleet", "image", "resolve"]
         ok = subprocess.run(
             [*argv, f"{reg.host}/{REPO}:v1", "--json"], capture_output=True, text=True, env=env, check=False
