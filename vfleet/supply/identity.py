@@ -56,7 +56,7 @@ def split_ref(ref: str) -> tuple[str, str, str, str]:
 
 
 def _registry_get(host: str, path: str, reference: str) -> tuple[str, dict[str, Any]]:
-    """(Docker-Content-Digest, manifest) of HOST/PATH:REFERENCE, over https and then plain http."""
+    """(Docker-Content-Digest, manifest) of HOST/PATH at `reference` (tag or digest), over https, then plain http."""
     headers = {"Accept": ", ".join(MANIFEST_TYPES + LIST_TYPES)}
     errors = []
     for scheme in ("https", "http"):
