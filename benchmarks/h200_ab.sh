@@ -7,7 +7,7 @@
 # Recorded outputs: tests/fixtures/h200-ab/ (README there).
 #
 # Staging and the model are benchmarks/h200_verify.sh's (sourced here: stage, setup, profile_env,
-# stop; REFERENCE section 8). Steps (arguments, in order):
+# stop; docs/upstream.md). Steps (arguments, in order):
 #   stage    (device) copy the carried part(s) under .cache/h200v/ to /tmp/stage
 #   setup    (device) unpack vLLM and the wheels into /tmp/site, build /models/llama-1b-random
 #   serve    (device) start the graph server (A, port 8000); once its CUDA graphs are captured, the eager

@@ -142,7 +142,7 @@ RULES: list[Rule] = [
     Rule(
         id="no-enforce-eager",
         reason="eager mode costs 3.3x decode throughput (5.0x at one request)",
-        source="seed 000 MI350X table; shared/fixtures/h200-vllm-0.26.0 README",
+        source="seed 000 MI350X table; tests/fixtures/h200-vllm-0.26.0 README",
         fix="remove enforce-eager and any cudagraph_mode NONE; graph mode is the default",
         check=_no_enforce_eager,
     ),
@@ -152,28 +152,28 @@ RULES: list[Rule] = [
             "GLM-5.3-Flash FP8 on gfx950 needs AITER on (its ROCm paths raise otherwise), AITER fused MoE off "
             "(faults on the 288-expert/top-8 shape) and BF16 KV (fp8 KV falls into a faulting asm decode kernel)"
         ),
-        source="seed 000 review; REFERENCE section 1 and 3; ROCm/aiter#5049",
+        source="seed 000 MI350X review; ROCm/aiter#5049; docs/upstream.md",
         fix="set env VLLM_ROCM_USE_AITER: '1', VLLM_ROCM_USE_AITER_MOE: '0' and vllm kv-cache-dtype: bfloat16",
         check=_glm_gfx950,
     ),
     Rule(
         id="glm-rocm-max-num-seqs",
         reason="ROCm GLM-5.3 aborts graph capture at max-num-seqs 1024 (Mamba cache blocks)",
-        source="REFERENCE section 3, ROCm recipes",
+        source="vllm-project/recipes#857 (AMD recipe); docs/upstream.md",
         fix="set vllm max-num-seqs to 512 or less",
         check=_glm_rocm_max_num_seqs,
     ),
     Rule(
         id="glm-hopper-bf16-kv",
         reason="Hopper (H100/H200) runs GLM-5.3-Flash with BF16 KV only",
-        source="REFERENCE section 3",
+        source="GLM-5.3-Flash recipes, vllm-project/recipes; docs/upstream.md",
         fix="set vllm kv-cache-dtype: bfloat16",
         check=_glm_hopper_bf16_kv,
     ),
     Rule(
         id="kimi-rocm-breakable-cudagraph",
         reason="Kimi-K3 on ROCm requires breakable CUDA graphs off",
-        source="REFERENCE section 3; seed 002",
+        source="vllm/config/vllm.py of the pinned base; seed 002; docs/upstream.md",
         fix="set env VLLM_USE_BREAKABLE_CUDAGRAPH: '0'",
         check=_kimi_rocm_breakable,
     ),
@@ -201,7 +201,7 @@ RULES: list[Rule] = [
     Rule(
         id="no-underscore-false",
         reason="vLLM's --config loader turns `a_b: false` into nothing: the setting is silently dropped",
-        source="REFERENCE section 3",
+        source="vllm/utils/argparse_utils.py load_config_file of the pinned base; docs/upstream.md",
         fix="write the key with dashes (enable-prefix-caching: false renders --no-enable-prefix-caching)",
         check=_no_underscore_false,
     ),

@@ -1,4 +1,4 @@
-"""The tiny local model for the demo and the tests (REFERENCE section 5).
+"""The tiny local model for the demo and the tests (docs/upstream.md, "vLLM on a CPU-only machine").
 
 A byte-level BPE tokenizer trained with `tokenizers` on text generated locally from a seeded word list,
 wrapped as a `PreTrainedTokenizerFast` with a chat template, and a `LlamaForCausalLM`

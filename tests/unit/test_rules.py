@@ -54,7 +54,7 @@ CASES = [
         "glm-5.3-flash/b200",
         "glm-5.3-flash/b200: rule no-enforce-eager: vllm.enforce-eager: is true, which disables CUDA/HIP graphs. "
         "Why: eager mode costs 3.3x decode throughput (5.0x at one request) (source: seed 000 MI350X table; "
-        "shared/fixtures/h200-vllm-0.26.0 README). Fix: remove enforce-eager and any cudagraph_mode NONE; graph mode "
+        "tests/fixtures/h200-vllm-0.26.0 README). Fix: remove enforce-eager and any cudagraph_mode NONE; graph mode "
         "is the default",
     ),
     (
@@ -103,8 +103,8 @@ CASES = [
         1024,
         "glm-5.3-flash/mi355x",
         "glm-5.3-flash/mi355x: rule glm-rocm-max-num-seqs: vllm.max-num-seqs: is 1024, must be set and at most 512. "
-        "Why: ROCm GLM-5.3 aborts graph capture at max-num-seqs 1024 (Mamba cache blocks) (source: REFERENCE section "
-        "3, ROCm recipes). Fix: set vllm max-num-seqs to 512 or less",
+        "Why: ROCm GLM-5.3 aborts graph capture at max-num-seqs 1024 (Mamba cache blocks) (source: vllm-project/"
+        "recipes#857 (AMD recipe); docs/upstream.md). Fix: set vllm max-num-seqs to 512 or less",
     ),
     (
         "glm-hopper-bf16-kv",
@@ -114,7 +114,8 @@ CASES = [
         DROP,
         "glm-5.3-flash/h200",
         "glm-5.3-flash/h200: rule glm-hopper-bf16-kv: vllm.kv-cache-dtype: is 'fp8', must be 'bfloat16'. "
-        "Why: Hopper (H100/H200) runs GLM-5.3-Flash with BF16 KV only (source: REFERENCE section 3). "
+        "Why: Hopper (H100/H200) runs GLM-5.3-Flash with BF16 KV only (source: GLM-5.3-Flash recipes, "
+        "vllm-project/recipes; docs/upstream.md). "
         "Fix: set vllm kv-cache-dtype: bfloat16",
     ),
     (
@@ -125,7 +126,8 @@ CASES = [
         "1",
         "kimi-k3/mi355x",
         "kimi-k3/mi355x: rule kimi-rocm-breakable-cudagraph: env.VLLM_USE_BREAKABLE_CUDAGRAPH: is '1', must be '0'. "
-        "Why: Kimi-K3 on ROCm requires breakable CUDA graphs off (source: REFERENCE section 3; seed 002). "
+        "Why: Kimi-K3 on ROCm requires breakable CUDA graphs off (source: vllm/config/vllm.py of the pinned "
+        "base; seed 002; docs/upstream.md). "
         "Fix: set env VLLM_USE_BREAKABLE_CUDAGRAPH: '0'",
     ),
     (

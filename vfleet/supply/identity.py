@@ -57,8 +57,8 @@ def split_ref(ref: str) -> tuple[str, str, str, str]:
 
 
 def _registry_get(host: str, path: str, reference: str) -> tuple[str, dict[str, Any]]:
-    """(Docker-Content-Digest, manifest) of HOST/PATH:REFERENCE, over https and then plain http, with
-    docker's login for HOST when the registry asks for one (vfleet.supply.registry)."""
+    """(Docker-Content-Digest, manifest) of HOST/PATH at `reference` (tag or digest), over https and then
+    plain http, with docker's login for HOST when the registry asks for one (vfleet.supply.registry)."""
     headers = {"Accept": ", ".join(MANIFEST_TYPES + LIST_TYPES)}
     if host in HUB_NAMES and "/" not in path:
         path = f"library/{path}"  # Docker Hub's official images: docker.io/x is docker.io/library/x

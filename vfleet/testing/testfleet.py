@@ -54,7 +54,7 @@ __all__ = [
 
 #: Candidate subnets for a fleet network (the first one Docker accepts is used).
 SUBNETS = [f"10.213.{i}.0/24" for i in range(1, 250)]
-#: REFERENCE section 6: the flag set that runs dockerd inside a container on this kernel (--privileged fails).
+#: The flag set that runs dockerd inside a container on this kernel, where --privileged fails (docs/upstream.md).
 DIND_FLAGS = [
     "--cap-add",
     "ALL",

@@ -88,7 +88,7 @@ ALLOW: tuple[Allow, ...] = (
         reason="on SIGTERM/SIGINT vLLM's engine client stops the engine and its output handler logs an "
         "EngineDeadError traceback; it is part of an orderly stop, not a crash",
         source="vllm 0.26/0.30 v1/engine/async_llm.py output_handler, entrypoints launcher [shutdown] records; "
-        "shared/fixtures/h200-vllm-0.26.0/boot-autofit.log, tests/fixtures/logs/cpu_healthy_with_sigterm.log",
+        "tests/fixtures/h200-vllm-0.26.0/boot-autofit.log, tests/fixtures/logs/cpu_healthy_with_sigterm.log",
         covers=frozenset({"error-level", "traceback", "engine-died"}),
         match=_orderly_shutdown_traceback,
     ),
