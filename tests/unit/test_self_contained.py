@@ -21,7 +21,17 @@ NOTES = "REFER" + "ENCE"
 CITATION = re.compile(rf"\b{NOTES}\b")
 
 #: Folders that .gitignore keeps out of the repository (by name anywhere, or by path from the root).
-SKIP_NAMES = {".git", ".venv", ".cache", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "node_modules"}
+SKIP_NAMES = {
+    ".git",
+    ".venv",
+    ".cache",
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    "node_modules",
+}
 SKIP_PATHS = {"build", "reports", ".whl", ".gl", ".ci/run"}
 
 # How a test builds a path: from its own file upwards, or from the repository root.
