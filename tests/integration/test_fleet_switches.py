@@ -286,6 +286,8 @@ def test_a_production_profile_serves_outside_a_test_fleet(config_tree: ConfigTre
         for key in ("test_gpu_health", "test_log[graph_mode]", "test_log[attention_backend]"):
             na.pop(key, None)
         d["verify"].pop("gpu_health", None)
+        # A production profile carries a performance floor at every load level (docs/ab.md).
+        d["verify"].setdefault("load", {})["min_output_tok_per_s"] = {1: 1.0, 32: 1.0}
 
     config_tree.edit("models/tiny/model.yaml", production)
     fleet_inventory.check(unmarked, {})
