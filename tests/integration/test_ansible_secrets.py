@@ -14,14 +14,12 @@ tests/e2e/test_fleet_lifecycle.py (`_no_secret_anywhere`).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import secrets
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -32,14 +30,6 @@ from vfleet.fleet.ansible import ansible_dir, bin_dir, env
 pytestmark = pytest.mark.slow  # ansible-playbook runs (a few seconds)
 
 LIBRARY = ansible_dir() / "roles" / "vfleet_node" / "library"
-
-
-def _module(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, LIBRARY / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 INSPECT: dict[str, Any] = {
@@ -61,8 +51,18 @@ INSPECT: dict[str, Any] = {
 
 
 def test_read_returns_no_environment_and_every_field_the_role_reads() -> None:
-    state = _module("vfleet_node_state")
-    kept = state.summarize(INSPECT)
+    # In a child Python: importing ansible's module_utils into the test process breaks a later torch
+    # import there (torch._dynamo's substitute_in_graph meets ansible's patched classes).
+    code = (
+        "import importlib.util, json, sys; spec = importlib.util.spec_from_file_location('m', sys.argv[1]); "
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
+        "print(json.dumps(m.summarize(json.loads(sys.argv[2]))))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(LIBRARY / "vfleet_node_state.py"), json.dumps(INSPECT)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    kept = json.loads(proc.stdout)
     text = json.dumps(kept)
     assert "SECRET" not in text, text
     assert "Env" not in kept["Config"] and "Args" not in kept and "HostConfig" not in kept
