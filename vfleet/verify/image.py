@@ -28,7 +28,7 @@ DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 #: Where the digest came from: read from the running container, taken from the operator's
 #: REPO@sha256:D, or a tag resolved by this host's docker (no container).
 SOURCE_CONTAINER = "container"
-SOURCE_REFERENCE = "reference"
+SOURCE_FROM_REF = "reference"
 SOURCE_TAG = "tag"
 
 
@@ -201,7 +201,7 @@ def from_reference(ref: str, docker_host: str | None = None) -> ImageRecord:
     if pinned:
         if not DIGEST_RE.match(pinned):
             raise VfleetError(f"--image {ref}: {pinned!r} is not a sha256:<64 hex> digest")
-        return ImageRecord(ref=ref, digest=pinned, source=SOURCE_REFERENCE, reason=f"taken from the reference {ref}")
+        return ImageRecord(ref=ref, digest=pinned, source=SOURCE_FROM_REF, reason=f"taken from the reference {ref}")
     info, why = inspect_image(ref, docker_host)
     if info is None:
         return ImageRecord(ref=ref, source=SOURCE_TAG, reason=f"{why}; pass REPO@sha256:DIGEST or --container NAME")
