@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -284,8 +285,9 @@ def test_an_unreadable_status_is_an_unknown_page(chromium: Browser, tmp_path: Pa
 
 
 def test_fleet_status_html_through_the_playbook(chromium: Browser, tmp_path: Path) -> None:
-    """`vfleet fleet status --html` runs ansible/status.yml: a node on this machine without a serving
-    container and a node that cannot be reached; the page says so for each, and is not green."""
+    """`vfleet fleet status --html` runs ansible/status.yml: a node on this machine whose Docker daemon does
+    not answer (DOCKER_HOST names a socket that does not exist) and a node that cannot be reached; the run
+    still writes every row, the page says so for each, and is not green."""
     inv = tmp_path / "inv"
     inv.mkdir()
     (inv / "hosts.yml").write_text(
@@ -326,6 +328,7 @@ def test_fleet_status_html_through_the_playbook(chromium: Browser, tmp_path: Pat
             capture_output=True,
             text=True,
             cwd=REPO,
+            env={**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"},
             timeout=300,
             check=False,
         )
@@ -336,7 +339,8 @@ def test_fleet_status_html_through_the_playbook(chromium: Browser, tmp_path: Pat
     r = clean(chromium.render(page, "fleet-playbook"))
     assert verdict_of(r)[1] == "bad"  # "here" serves nothing
     here, gone = cells(r, "here"), cells(r, "gone")
-    assert here["health"][0] == "bad" and "container absent" in here["health"][1]
+    assert here["health"][0] == "bad" and "container docker unreachable" in here["health"][1]
+    assert "Cannot connect to the Docker daemon" in here["health"][1], here["health"]
     assert here["patches"][0] == "unknown" and "no running container" in here["patches"][1]
     assert all(s == "unknown" and "unreachable" in t for s, t in gone.values())
     shutil.rmtree(tmp_path / "state", ignore_errors=True)

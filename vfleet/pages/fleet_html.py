@@ -102,6 +102,8 @@ def _health(row: dict[str, Any]) -> Cell:
     container = str(row.get("container") or "?")
     balancer = str(row.get("balancer") or "n/a")
     text = f"container {container}, balancer {balancer}"
+    if row.get("docker_error"):
+        return Cell(f"not healthy\n{text}", "bad", str(row["docker_error"]))
     if row.get("healthy") is True and container == "running" and balancer in ("UP", "n/a"):
         return Cell(f"healthy\n{text}", "ok")
     if row.get("healthy") is True and container == "running":

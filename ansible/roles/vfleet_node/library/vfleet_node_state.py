@@ -64,6 +64,13 @@ options:
     type: list
     elements: path
     default: []
+  docker_down_ok:
+    description: >-
+      Action read: when the node's Docker daemon does not answer, return its error as RV(docker_error)
+      instead of failing (the fleet status reads every node, and a node whose daemon is down is a row of
+      its own). A swap leaves it false: it must not act on a node it cannot read.
+    type: bool
+    default: false
 author: vfleet
 """
 
@@ -90,6 +97,10 @@ healthy:
   description: Whether the container exists and GET 127.0.0.1:PORT/health answered 200.
   returned: read
   type: bool
+docker_error:
+  description: Why the node's Docker daemon did not answer (read with O(docker_down_ok) only).
+  returned: read, when the daemon did not answer
+  type: str
 seconds:
   description: Seconds from docker stop to healthy.
   returned: start
@@ -159,7 +170,10 @@ def read(module, p):
     )
     container = summarize(json.loads(proc.stdout)[0]) if proc.returncode == 0 and proc.stdout.strip() else {}
     if proc.returncode != 0 and "No such" not in proc.stderr:
-        module.fail_json(msg=f"docker container inspect {p['container']} failed: {proc.stderr.strip()[:300]}")
+        msg = f"docker container inspect {p['container']} failed: {proc.stderr.strip()[:300]}"
+        if not p["docker_down_ok"]:
+            module.fail_json(msg=msg)
+        module.exit_json(changed=False, container={}, record=_read_record(_record_path(p)), healthy=False, docker_error=msg)
     healthy = False
     if container:
         try:
@@ -358,6 +372,7 @@ def main():
             "stop_timeout": {"type": "int", "default": 30},
             "timeout": {"type": "float"},
             "interval": {"type": "float", "default": 1},
+            "docker_down_ok": {"type": "bool", "default": False},
         },
         required_if=[
             ("action", "read", ["container", "state_dir", "port"]),

@@ -1,0 +1,109 @@
+"""A rollback passes the rollout's gates (ansible/rollback.yml -> swap.yml), on a real rollback.yml run
+whose one node is this machine (a local connection, its deployment record in a tmp directory, no
+balancer): promotion, the supply-chain gate, one image. The node is read through this machine's
+dockerd before any gate (a rollback must know what the node runs), hence the e2e tier. The Docker-in-Docker scenarios
+(tests/e2e/test_ansible_fleet.py) walk a rollback's canary, batches, a failing node and the failed-node
+cap on a real fleet; the lifecycle (tests/e2e/test_fleet_lifecycle.py) rolls back the real image."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fleet_helpers import local_inventory
+from supply_helpers import make_key
+
+from vfleet.dockerd import ensure_dockerd
+
+pytestmark = pytest.mark.slow  # ansible-playbook runs, about 10 s each
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _dockerd() -> None:
+    ensure_dockerd()
+
+#: Addresses nothing listens on: no gate can tie these references to a digest.
+PREVIOUS = "127.0.0.1:9/vfleet/previous@sha256:" + "cd" * 32
+NAMED = "127.0.0.1:9/vfleet/named@sha256:" + "ef" * 32
+
+
+def _node(tmp: Path, record: dict[str, Any] | None) -> Path:
+    """The one-node inventory of fleet_helpers (marked as a test fleet: tiny/cpu is not a production
+    profile) with the promotion check on; RECORD is the node's deployment record (deployed.json)."""
+    inv = local_inventory(tmp, test_fleet=True, vfleet_node_promotions_file=str(tmp / "promotions.jsonl"))
+    if record is not None:
+        (tmp / "state").mkdir(parents=True, exist_ok=True)
+        (tmp / "state" / "deployed.json").write_text(json.dumps(record))
+    return inv
+
+
+def _record(gate: dict[str, str] | None) -> dict[str, Any]:
+    previous: dict[str, Any] = {"image": PREVIOUS, "image_id": "sha256:" + "11" * 32}
+    if gate is not None:
+        previous["gate"] = gate
+    return {
+        "state": "deployed",
+        "image": "reg/now@sha256:" + "22" * 32,
+        "image_id": "sha256:" + "33" * 32,
+        "previous": previous,
+    }
+
+
+def _rollback(tmp: Path, inv: Path, *args: str) -> str:
+    _, pub = make_key(tmp, "trusted")
+    argv = [
+        sys.executable,
+        "-m",
+        "vfleet",
+        "fleet",
+        "rollback",
+        "--inventory",
+        str(inv),
+        "--trusted-key",
+        str(pub),
+        "--supply-store",
+        str(tmp / "store"),
+        *args,
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0, out[-3000:]
+    assert "Pull and inspect the image" not in out, "a node pulled before the gates passed: " + out[-3000:]
+    assert not (tmp / "lock.json").exists(), "the failed run's fleet lock was not released"
+    return out
+
+
+def test_a_rollback_to_an_unpromoted_previous_image_is_refused(tmp_path: Path) -> None:
+    """The previous image has no record of passing the gate: its promotion is looked up, and it has none."""
+    out = _rollback(tmp_path, _node(tmp_path, _record(gate=None)))
+    assert f"rollback to {PREVIOUS} through the gates of a rollout" in out, out[-3000:]
+    assert "NOT CHECKED: promotion" not in out
+    assert f"not promoted: {PREVIOUS}" in out or "not promoted" in out, out[-3000:]
+
+
+def test_a_named_rollback_image_passes_the_promotion_and_supply_gates(tmp_path: Path) -> None:
+    """--image: the recorded gate of the previous image does not count; the named one is looked up."""
+    out = _rollback(tmp_path, _node(tmp_path, _record(gate={"promotion": "checked"})), "--image", NAMED)
+    assert f"rollback to {NAMED} through the gates of a rollout" in out, out[-3000:]
+    assert "NOT CHECKED: promotion" not in out
+    assert "not promoted" in out, out[-3000:]
+
+
+def test_an_emergency_rollback_skips_only_the_promotion_lookup_and_says_so(tmp_path: Path) -> None:
+    """The record says the previous image's promotion was checked when it was deployed: the lookup is
+    skipped, said as NOT CHECKED, and the supply-chain gate still runs (and stops this unreachable image)."""
+    out = _rollback(tmp_path, _node(tmp_path, _record(gate={"promotion": "checked"})))
+    assert f"NOT CHECKED: promotion of {PREVIOUS} (emergency rollback to the recorded previous image" in out, out[
+        -3000:
+    ]
+    assert f"NOT verified {PREVIOUS}: digest:" in out, out[-3000:]
+    assert "stops before any node pulls the image" in out
+
+
+def test_a_node_with_nothing_to_roll_back_to_is_named(tmp_path: Path) -> None:
+    out = _rollback(tmp_path, _node(tmp_path, None))
+    assert "gate-node: no previous image recorded" in out, out[-3000:]
