@@ -303,3 +303,13 @@ def test_the_example_inventory_is_read_as_ansible_reads_it() -> None:
     with pytest.raises(VfleetError, match=f"(?s)inventory {EXAMPLE} .*-e vfleet_node_boot_verify: a test-fleet switch"):
         fleet_inventory.check(inv, {"vfleet_node_boot_verify": True})
     assert fleet_inventory.not_checked(inv, {}, "rollout") == []
+
+
+def test_the_inventory_is_read_at_any_ansible_verbosity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At ANSIBLE_VERBOSITY=4 (as an operator debugging a rollout sets it) ansible-inventory prints its
+    banner on stdout before the JSON; the listing is read from its own file, so the inventory still reads
+    the same as at verbosity 0."""
+    quiet = fleet_inventory.read(EXAMPLE)
+    monkeypatch.setenv("ANSIBLE_VERBOSITY", "4")
+    loud = fleet_inventory.read(EXAMPLE)
+    assert loud.groups == quiet.groups and loud.hostvars == quiet.hostvars

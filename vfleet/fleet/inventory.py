@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,23 +133,27 @@ def parse(path: Path, listing: dict[str, Any]) -> Inventory:
 
 
 def read(path: Path, vault_password_file: Path | None = None) -> Inventory:
-    """Read PATH as ansible-playbook will (`ansible-inventory --list`, with the same settings)."""
-    argv = [str(bin_dir() / "ansible-inventory"), "-i", str(path), "--list"]
-    if vault_password_file:
-        argv += ["--vault-password-file", str(vault_password_file)]
-    proc = subprocess.run(
-        argv, env=env(), cwd=str(ansible_dir()), capture_output=True, text=True, timeout=300, check=False
-    )
-    if proc.returncode != 0:
-        detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise VfleetError(
-            f"inventory {path}: ansible-inventory cannot read it ({detail}); fix the inventory "
-            "(or pass --vault-password-file for its vault)"
+    """Read PATH as ansible-playbook will (`ansible-inventory --list`, with the same settings). The listing
+    is written to a file of its own (--output): at ANSIBLE_VERBOSITY >= 1 ansible-inventory prints its
+    banner and config lines on stdout before the JSON."""
+    with tempfile.TemporaryDirectory(prefix="vfleet-inventory-") as tmp:
+        out = Path(tmp) / "listing.json"
+        argv = [str(bin_dir() / "ansible-inventory"), "-i", str(path), "--list", "--output", str(out)]
+        if vault_password_file:
+            argv += ["--vault-password-file", str(vault_password_file)]
+        proc = subprocess.run(
+            argv, env=env(), cwd=str(ansible_dir()), capture_output=True, text=True, timeout=300, check=False
         )
-    try:
-        listing = json.loads(proc.stdout)
-    except ValueError as exc:
-        raise VfleetError(f"inventory {path}: ansible-inventory --list printed no JSON ({exc})") from exc
+        if proc.returncode != 0:
+            detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise VfleetError(
+                f"inventory {path}: ansible-inventory cannot read it ({detail}); fix the inventory "
+                "(or pass --vault-password-file for its vault)"
+            )
+        try:
+            listing = json.loads(out.read_text())
+        except (OSError, ValueError) as exc:
+            raise VfleetError(f"inventory {path}: ansible-inventory --list wrote no JSON ({exc})") from exc
     return parse(path, listing)
 
 
