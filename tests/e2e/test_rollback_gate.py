@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow  # ansible-playbook runs, about 10 s each
 def _dockerd() -> None:
     ensure_dockerd()
 
+
 #: Addresses nothing listens on: no gate can tie these references to a digest.
 PREVIOUS = "127.0.0.1:9/vfleet/previous@sha256:" + "cd" * 32
 NAMED = "127.0.0.1:9/vfleet/named@sha256:" + "ef" * 32
