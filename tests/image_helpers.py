@@ -13,6 +13,10 @@ from vfleet.dockerd import docker_bin
 from vfleet.images import ROOT
 
 CONTEXTS = ROOT / ".cache" / "test-contexts"
+#: Secrets the CPU image build finds in its context and environment (tests/e2e/conftest.py plants them);
+#: test_image_cpu looks for them in every layer, label and history line.
+TOKEN = "hf_vfleetTESTtoken" + "7f3a9c1e5b"
+KEY = "sk-vfleet-TEST-api-key-" + "c0ffee42d00d"
 CONTEXT_PARTS = [
     "images",
     "vfleet",

@@ -1,5 +1,5 @@
 """`vfleet demo --server image`: boot-verify of the CPU image under docker, when the image is built
-(tests/e2e/test_image_cpu.py builds it, earlier in this tier). The live-server tests it shares its
+(tests/e2e/conftest.py builds it once per run). The live-server tests it shares its
 helpers with are tests/integration/test_verify_live.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_verify_live import PROFILE, checks, signing, trusting, vfleet
 
-from vfleet import tinymodel
+from vfleet import images, tinymodel
 from vfleet.profiles import Catalog
 
 pytestmark = pytest.mark.slow
@@ -22,15 +22,13 @@ def model_dir() -> Path:
     return tinymodel.build()
 
 
-def test_demo_on_the_cpu_image(model_dir: Path, tmp_path: Path) -> None:
+def test_demo_on_the_cpu_image(cpu_image: images.BuildResult, model_dir: Path, tmp_path: Path) -> None:
     """`vfleet demo --server image`: the CPU image under docker, verified through --container (docker
     logs, /etc/vfleet/versions.json in the container), its digest from docker, then promoted."""
     from vfleet.render import default_image
-    from vfleet.server import image_present
 
     image = default_image(Catalog().load(PROFILE))
-    if not image_present(image):
-        pytest.skip(f"the CPU image {image} is not built here (tests/e2e/test_image_cpu.py builds it)")
+    assert image == cpu_image.ref  # the demo's image is the one this run built (tests/e2e/conftest.py)
     out = tmp_path / "demo"
     proc = vfleet("demo", "--server", "image", "--out", str(out), env=signing())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

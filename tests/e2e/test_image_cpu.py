@@ -2,7 +2,8 @@
 behind an API key, stops on SIGTERM within seconds, and carries no secret in any layer, label or history.
 
 Needs dockerd (started here if absent), debootstrap and the network to PyPI for the first wheel
-download (`.cache/image-wheels`, reused afterwards). The image is left in place as the demo image.
+download (`.cache/image-wheels`, reused afterwards). The image (tests/e2e/conftest.py `cpu_image`, built
+once per run) is left in place as the demo image.
 """
 
 from __future__ import annotations
@@ -22,39 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from image_helpers import dk, drop_context, inspect, make_context, series_patches, stem
+from image_helpers import KEY, TOKEN, dk, inspect, series_patches, stem
 
 from vfleet import images
-from vfleet.dockerd import docker_bin, ensure_dockerd
+from vfleet.dockerd import docker_bin
 from vfleet.images import ROOT
 from vfleet.profiles import Catalog
 from vfleet.render import DockerRun, docker_run_argv
 
 pytestmark = pytest.mark.slow
-TOKEN = "hf_vfleetTESTtoken" + "7f3a9c1e5b"
-KEY = "sk-vfleet-TEST-api-key-" + "c0ffee42d00d"
 BOOT_TIMEOUT = 420
-
-
-@pytest.fixture(scope="module")
-def cpu_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[images.BuildResult]:
-    ensure_dockerd()
-    images.build_base()
-    images.fetch_wheels()
-    ctx = make_context(with_wheels=True)
-    # Secrets lying where a careless build would pick them up: in the context and in the environment.
-    (ctx / "secrets.env").write_text(f"HF_TOKEN={TOKEN}\nVLLM_API_KEY={KEY}\n")
-    (ctx / "serve_configs" / ".env").write_text(f"VLLM_API_KEY={KEY}\n")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("HF_TOKEN", TOKEN)
-    mp.setenv("VLLM_API_KEY", KEY)
-    try:
-        res = images.build_image("cpu", context=ctx)
-    finally:
-        mp.undo()
-        drop_context(ctx)
-    print(f"\nCPU image {res.ref} built in {res.seconds:.0f} s")
-    yield res
 
 
 @pytest.fixture(scope="module")

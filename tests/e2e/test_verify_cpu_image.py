@@ -3,7 +3,7 @@
 free host port and an env file holding VLLM_API_KEY, the key the image requires.
 
 Runs when the image `vfleet-cpu:<vllm>-vfleet<version>` (vfleet.images.image_ref("cpu")) is built
-here; tests/e2e/test_image_cpu.py builds it. One container for the module.
+here; tests/e2e/conftest.py builds it once per run. One container for the module.
 """
 
 from __future__ import annotations
@@ -20,23 +20,18 @@ import pytest
 from conftest import REPO
 from test_verify_live import CmdlineWatch, assert_no_leak
 
-from vfleet import tinymodel
-from vfleet.dockerd import ensure_dockerd
-from vfleet.images import image_ref
+from vfleet import images, tinymodel
 from vfleet.profiles import Catalog
-from vfleet.server import ContainerServer, image_present
+from vfleet.server import ContainerServer
 
 pytestmark = pytest.mark.slow
 PROFILE = "tiny/cpu"
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[ContainerServer]:
-    ensure_dockerd()
-    image = image_ref("cpu")
-    if not image_present(image):
-        pytest.skip(f"the CPU image {image} is not built here (tests/e2e/test_image_cpu.py builds it)")
-    server = ContainerServer(Catalog().load(PROFILE), tinymodel.build(), image, health_timeout_s=420)
+def served(cpu_image: images.BuildResult) -> Iterator[ContainerServer]:
+    """The CPU image this run built (tests/e2e/conftest.py), as a container."""
+    server = ContainerServer(Catalog().load(PROFILE), tinymodel.build(), cpu_image.ref, health_timeout_s=420)
     server.start()
     try:
         yield server
