@@ -578,16 +578,17 @@ def _state(pid: int) -> str:
 
 def test_server_fixture_bounds_the_health_wait_and_kills_children(model_dir: Path, tmp_path: Path) -> None:
     # A second --port after ours wins, so the server listens where the health wait never looks: the
-    # wait must give up at its bound however fast the machine boots vLLM.
+    # wait must give up at its bound however fast the machine boots vLLM. The bound leaves a loaded
+    # 2-core machine time to import vLLM and start its engine process (20 s did not, once in CI).
     elsewhere = ["--port", str(free_port())]
-    server = VllmServer(Catalog().load(PROFILE), model_dir, workdir=tmp_path, health_timeout_s=20, extra_args=elsewhere)
+    server = VllmServer(Catalog().load(PROFILE), model_dir, workdir=tmp_path, health_timeout_s=45, extra_args=elsewhere)
     seen: list[int] = []
 
     def progress(_: float) -> None:
         if server.proc is not None:
             seen.extend(_descendants(server.proc.pid))
 
-    with pytest.raises(ServerError, match=r"timed out after 20 s waiting for vLLM to answer /health"):
+    with pytest.raises(ServerError, match=r"timed out after 45 s waiting for vLLM to answer /health"):
         server.start(progress=progress)
     assert seen, "the server started no child processes (nothing to check)"
     alive = [p for p in set(seen) if Path(f"/proc/{p}").exists() and "Z" not in _state(p)]

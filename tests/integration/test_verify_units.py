@@ -84,7 +84,7 @@ def test_promotion_rules(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     reports.mkdir()
     reg = tmp_path / "promotions.jsonl"
-    image = f"vfleet-cpu@{DIGEST}"
+    image = f"registry.test:5000/vfleet-cpu@{DIGEST}"
     failing = _report(reports, passed=False)
     partial = _report(reports, partial=True)
     other = _report(reports, profile="glm-5.3-flash/h200")
@@ -98,7 +98,7 @@ def test_promotion_rules(tmp_path: Path) -> None:
     entry = promotion.promote(image, "tiny/cpu", good, reg, keys=trusted())
     assert entry["digest"] == DIGEST and promotion.promoted_entry(image, "tiny/cpu", reg, keys=trusted()) == entry
     with pytest.raises(VfleetError, match="was never promoted"):
-        promotion.promoted_entry(f"vfleet-cpu@sha256:{'cd' * 32}", "tiny/cpu", reg, keys=trusted())
+        promotion.promoted_entry(f"registry.test:5000/vfleet-cpu@sha256:{'cd' * 32}", "tiny/cpu", reg, keys=trusted())
     promotion.promote(image, "tiny/cpu", good, reg, keys=trusted())
     assert len(reg.read_text().splitlines()) == 2  # append-only
 

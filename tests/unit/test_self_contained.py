@@ -87,8 +87,8 @@ def citations(root: Path) -> list[str]:
 
 def outside_reads(root: Path) -> list[str]:
     """`path:line: text` for every line of a test module under `root`/tests that builds a path outside `root`:
-    a `Path(__file__)` climbed above the root, `REPO.parent`, a parent-relative or absolute sibling-folder literal, a sibling-folder name
-    folder."""
+    a `Path(__file__)` climbed above the root, `REPO.parent`, or a parent-relative or absolute literal that
+    names a sibling folder."""
     found = []
     top = root.resolve()
     for path in repo_files(root / "tests"):
