@@ -22,9 +22,32 @@ def home() -> Path:
     return root
 
 
+#: A release's data, read from elsewhere than the vfleet home: a rollback to an image of an earlier
+#: release points it at that release's snapshot (vfleet.verify.releases), so the serve profiles,
+#: versions.json, patches/ and requirements/ the gates compare with are the image's own.
+RELEASE_ENV = "VFLEET_RELEASE_DIR"
+
+
+def release_dir() -> Path:
+    """Where the release data lives (serve_configs/, versions.json, patches/, requirements/): VFLEET_RELEASE_DIR
+    (a promoted release snapshot) when set, else the vfleet home. Reports, caches and smoke_tests/ stay in
+    the home."""
+    env = os.environ.get(RELEASE_ENV)
+    if not env:
+        return home()
+    root = Path(env)
+    if not (root / "serve_configs").is_dir():
+        raise VfleetError(f"{RELEASE_ENV}={env} holds no serve_configs/: point it at a release snapshot or unset it")
+    return root
+
+
 def serve_configs_dir() -> Path:
+    """The serve profiles: those of the release dir when VFLEET_RELEASE_DIR is set (a rollback's snapshot is
+    one release, whole), else VFLEET_SERVE_CONFIGS when set, else the home's serve_configs/."""
     override = os.environ.get("VFLEET_SERVE_CONFIGS")
-    return Path(override) if override else home() / "serve_configs"
+    if override and not os.environ.get(RELEASE_ENV):
+        return Path(override)
+    return release_dir() / "serve_configs"
 
 
 def profiles_digest() -> str:
@@ -39,7 +62,7 @@ def profiles_digest() -> str:
 
 def versions() -> dict[str, Any]:
     """versions.json of the vfleet home (the checkout, or the copy an image carries)."""
-    return pins.read(home() / "versions.json")
+    return pins.read(release_dir() / "versions.json")
 
 
 def reports_dir() -> Path:

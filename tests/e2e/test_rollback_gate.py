@@ -8,12 +8,15 @@ cap on a real fleet; the lifecycle (tests/e2e/test_fleet_lifecycle.py) rolls bac
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO
 from fleet_helpers import local_inventory
 from supply_helpers import make_key
 
@@ -54,7 +57,7 @@ def _record(gate: dict[str, str] | None) -> dict[str, Any]:
     }
 
 
-def _rollback(tmp: Path, inv: Path, *args: str) -> str:
+def _rollback(tmp: Path, inv: Path, *args: str, env: dict[str, str] | None = None) -> str:
     _, pub = make_key(tmp, "trusted")
     argv = [
         sys.executable,
@@ -70,7 +73,7 @@ def _rollback(tmp: Path, inv: Path, *args: str) -> str:
         str(tmp / "store"),
         *args,
     ]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False, env=env)
     out = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0, out[-3000:]
     assert "Pull and inspect the image" not in out, "a node pulled before the gates passed: " + out[-3000:]
@@ -108,3 +111,36 @@ def test_an_emergency_rollback_skips_only_the_promotion_lookup_and_says_so(tmp_p
 def test_a_node_with_nothing_to_roll_back_to_is_named(tmp_path: Path) -> None:
     out = _rollback(tmp_path, _node(tmp_path, None))
     assert "gate-node: no previous image recorded" in out, out[-3000:]
+
+
+def test_a_rollback_across_a_profile_change_is_judged_by_the_release_the_image_was_promoted_under(
+    tmp_path: Path,
+) -> None:
+    """The previous image was promoted under serve profiles the controller's checkout has since changed
+    (VFLEET_SERVE_CONFIGS on an edited copy stands for the moved-on checkout). With the release snapshot
+    `vfleet promote` kept, the rollback's promotion check passes against the image's own release and the
+    next gate (supply chain) runs; without it, the promotion check fails against the checkout."""
+    from test_promotion import key_files, trusted, write_report
+
+    from vfleet.verify import promotion
+
+    inv = _node(tmp_path, _record(gate=None))
+    digest = PREVIOUS.split("@", 1)[1]
+    promotion.promote(PREVIOUS, "tiny/cpu", write_report(tmp_path / "r", digest=digest), tmp_path / "promotions.jsonl",
+                      keys=trusted())  # fmt: skip
+    moved = tmp_path / "moved" / "serve_configs"
+    shutil.copytree(REPO / "serve_configs", moved)
+    model = moved / "models" / "tiny" / "model.yaml"
+    model.write_text(model.read_text() + "# the next release\n")
+    env = {**os.environ, "VFLEET_SERVE_CONFIGS": str(moved)}
+    keys = ("--trusted-key", str(key_files()[1]))
+
+    out = _rollback(tmp_path, inv, *keys, env=env)
+    assert f"release data of {PREVIOUS} from its snapshot {tmp_path}/releases/" in out, out[-3000:]
+    assert "not promoted" not in out, out[-3000:]
+    assert f"NOT verified {PREVIOUS}: digest:" in out, out[-3000:]  # the supply gate ran next, and stopped it
+
+    shutil.rmtree(tmp_path / "releases")
+    out = _rollback(tmp_path, inv, *keys, env=env)
+    assert f"no release snapshot of {PREVIOUS}" in out, out[-3000:]
+    assert "not promoted" in out and "the profiles changed since" in out, out[-3000:]

@@ -480,3 +480,55 @@ def test_vfleet_verify_signs_its_result_and_a_failed_one_cannot_promote(tmp_path
     # Through the same key as the controller's trusted one: refused on its checks and its signed result.
     why = _refused(out, "the signed result is 'FAILED', not PASSED", "partial run (-k)")
     assert "recomputed from its checks" in why
+
+
+# -- release snapshots: a rollback is judged against the release the image was promoted under -------------
+
+
+def test_a_promotion_keeps_its_release_and_a_rollback_across_a_profile_change_is_judged_by_it(
+    tmp_path: Path, config_tree: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`vfleet promote` keeps the release data (vfleet.verify.releases) under the image digest. After the
+    checkout's serve profiles change, `promote --check` of the old image fails against the checkout and
+    passes with VFLEET_RELEASE_DIR on the snapshot (what rollback.yml sets); a snapshot edited after the
+    promotion fails the check again, until a promotion from the same release puts it right."""
+    from vfleet.images.build import tree_digest
+    from vfleet.paths import profiles_digest
+    from vfleet.verify import releases
+
+    rdir = write_report(tmp_path / "r")
+    reg = tmp_path / "promotions.jsonl"
+    before = profiles_digest()
+    entry = promotion.promote(IMAGE, "tiny/cpu", rdir, reg, keys=trusted())
+    snap = releases.find(reg, DIGEST)
+    assert snap is not None and entry["release"] == str(snap) and entry["profiles_digest"] == before
+    assert tree_digest([snap / "serve_configs"], snap) == before
+    assert all((snap / part).exists() for part in releases.PARTS)
+    # The same promotion again keeps the snapshot it finds (same data).
+    assert promotion.promote(IMAGE, "tiny/cpu", rdir, reg, keys=trusted())["release"] == str(snap)
+
+    # The checkout moves on: the old image's promotion no longer holds against it ...
+    config_tree.edit("models/tiny/model.yaml", lambda d: d.update(description="the next release"))
+    with pytest.raises(VfleetError, match="the profiles changed since"):
+        promotion.promoted_entry(IMAGE, "tiny/cpu", reg, keys=trusted())
+    # ... and holds against its own release, as a rollback runs it.
+    monkeypatch.delenv("VFLEET_SERVE_CONFIGS")
+    monkeypatch.setenv("VFLEET_RELEASE_DIR", str(snap))
+    assert profiles_digest() == before
+    assert promotion.promoted_entry(IMAGE, "tiny/cpu", reg, keys=trusted())["digest"] == DIGEST
+    # The CLI lookup rollback_image.yml runs: the snapshot of the digest, nothing for another one.
+    env = {k: v for k, v in os.environ.items() if k not in ENV_DROP and k != "VFLEET_RELEASE_DIR"}
+    found = _vfleet("promote", "--release-of", IMAGE, "--registry", str(reg), cwd=tmp_path, env=env)
+    assert found.returncode == 0 and found.stdout.strip() == str(snap), found.stdout + found.stderr
+    other = IMAGE.replace("ab" * 32, "cd" * 32)
+    none = _vfleet("promote", "--release-of", other, "--registry", str(reg), cwd=tmp_path, env=env)
+    assert none.returncode == 0 and none.stdout.strip() == "", none.stdout + none.stderr
+
+    # A snapshot edited after the promotion: its profiles are no longer the signed ones.
+    edited = snap / "serve_configs" / "models" / "tiny" / "model.yaml"
+    edited.write_text(edited.read_text() + "# edited after the promotion\n")
+    with pytest.raises(VfleetError, match="serve profiles"):
+        promotion.promoted_entry(IMAGE, "tiny/cpu", reg, keys=trusted())
+    # Promoting the digest again from the release it was built from puts the snapshot right.
+    assert releases.save(reg, DIGEST, REPO) == snap
+    assert promotion.promoted_entry(IMAGE, "tiny/cpu", reg, keys=trusted())["digest"] == DIGEST

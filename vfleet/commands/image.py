@@ -146,7 +146,7 @@ def _resolve(args: argparse.Namespace) -> int:
 
 def _supply(args: argparse.Namespace) -> int:
     from vfleet.images.refs import ImageError
-    from vfleet.paths import home
+    from vfleet.paths import home, release_dir
     from vfleet.supply import default_store
     from vfleet.supply.attest import sign_image
     from vfleet.supply.check import verify
@@ -162,8 +162,10 @@ def _supply(args: argparse.Namespace) -> int:
         print(sign_image(args.name, args.key[0], store))
         return 0
     keys = [load_public_key(p) for p in trusted_key_paths(args.key)]
-    rules = vuln_rules(args.profile, args.policy, home())
-    res = verify(args.name, keys, store, home(), allow_standin=args.allow_standin, rules=rules)
+    # The materials are compared with the release data (a rollback's snapshot, else the checkout); the
+    # vulnerability policy is always today's, from the home.
+    rules = vuln_rules(args.profile, args.policy, home(), release_dir())
+    res = verify(args.name, keys, store, release_dir(), allow_standin=args.allow_standin, rules=rules)
     if args.json:
         print(json.dumps(res.to_dict(), indent=1))
     else:
@@ -177,14 +179,14 @@ def _supply(args: argparse.Namespace) -> int:
     return 0 if res.ok else 1
 
 
-def vuln_rules(profiles: list[str], policy: Path | None, root: Path) -> Rules:
-    """The vulnerability policy for the profiles that will run the image: production's if any of them is
-    production (or none is named); each name must be a profile of this checkout."""
+def vuln_rules(profiles: list[str], policy: Path | None, root: Path, release: Path | None = None) -> Rules:
+    """The vulnerability policy of ROOT for the profiles that will run the image: production's if any of
+    them is production (or none is named); each name must be a profile of RELEASE (default ROOT)."""
     from vfleet.profiles import Catalog
     from vfleet.supply import policy as vpolicy
 
     production = True
     if profiles:
-        catalog = Catalog(root / "serve_configs")
+        catalog = Catalog((release or root) / "serve_configs")
         production = any(catalog.load(p).production for p in profiles)
     return vpolicy.rules(root, production, policy)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from vfleet.errors import VfleetError
-from vfleet.verify import attestation, promotion
+from vfleet.verify import attestation, promotion, releases
 
 
 def _default_registry_text() -> str:
@@ -40,7 +40,7 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     p.add_argument(
         "image", metavar="REF", help="REGISTRY/REPO@sha256:DIGEST, or REGISTRY/REPO:TAG (its registry is asked)"
     )
-    p.add_argument("--profile", required=True, help="serve profile (MODEL/PLATFORM)")
+    p.add_argument("--profile", help="serve profile (MODEL/PLATFORM); required unless --release-of")
     p.add_argument(
         "--report", type=Path, help="report directory or report.json (default: search the reports root, VFLEET_REPORTS)"
     )
@@ -71,11 +71,23 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
         action="store_true",
         help="exit 0 only if REF is promoted for the profile and the report its entry names still passes",
     )
+    p.add_argument(
+        "--release-of",
+        action="store_true",
+        help="print the release snapshot `vfleet promote` kept for REF's digest beside the registry (a rollback "
+        "runs its gates with VFLEET_RELEASE_DIR set to it), or nothing when there is none; --profile is not read",
+    )
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     registry: Path = args.registry or promotion.default_registry()
+    if args.release_of:
+        found = releases.find(registry, promotion.resolve_digest(args.image))
+        print(found or "")
+        return 0
+    if not args.profile:
+        raise VfleetError("vfleet promote REF: --profile MODEL/PLATFORM is required (vfleet profiles lists them)")
     if args.check:
         try:
             keys = attestation.load_trusted(args.trusted_key)

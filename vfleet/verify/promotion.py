@@ -29,7 +29,7 @@ from vfleet.ab import gate as ab_gate
 from vfleet.errors import VfleetError
 from vfleet.paths import profiles_digest, reports_dir
 from vfleet.profiles import Catalog
-from vfleet.verify import attestation
+from vfleet.verify import attestation, releases
 from vfleet.verify.image import SOURCE_CONTAINER, registry_digest
 from vfleet.verify.model import SCHEMA, Report, verdict_problems
 
@@ -296,6 +296,9 @@ def promote(
     if prof.verify.ab_not_worse:
         entry["ab_report"] = str(ab_path.resolve()) if ab_path else None
         entry["ab_baseline"] = baseline  # None: the profile's first image, nothing to compare against
+    # The release data this image was promoted under, for a rollback to it later (vfleet.verify.releases).
+    entry["release"] = str(releases.save(registry, digest))
+    entry["profiles_digest"] = profiles_digest()
     registry.parent.mkdir(parents=True, exist_ok=True)
     with registry.open("a") as f:
         f.write(json.dumps(entry, sort_keys=True) + "\n")
