@@ -65,10 +65,10 @@ def _sources(source: Path | None) -> dict[str, Path]:
 
 def save(registry: Path, digest: str, source: Path | None = None) -> Path:
     """Copy the release data of SOURCE (default: this process's, see _sources) to a snapshot under DIGEST
-    and return its path, RELEASES/sha256-HEX/R where R is a digest of the data itself: a snapshot is never
-    overwritten by other data (the same data promoted twice is one snapshot, other data is another one),
-and one whose content no longer matches its name (edited by hand) is replaced. Copied to a
-    temporary folder and renamed, so a snapshot is whole or absent."""
+        and return its path, RELEASES/sha256-HEX/R where R is a digest of the data itself: a snapshot is never
+        overwritten by other data (the same data promoted twice is one snapshot, other data is another one),
+    and one whose content no longer matches its name (edited by hand) is replaced. Copied to a
+        temporary folder and renamed, so a snapshot is whole or absent."""
     srcs = _sources(source)
     missing = [str(p) for p in srcs.values() if not p.exists()]
     if missing:
