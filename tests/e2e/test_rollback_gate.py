@@ -57,14 +57,15 @@ def _record(gate: dict[str, str] | None) -> dict[str, Any]:
     }
 
 
-def _rollback(tmp: Path, inv: Path, *args: str, env: dict[str, str] | None = None) -> str:
+def _rollback(tmp: Path, inv: Path, *args: str, env: dict[str, str] | None = None, action: str = "rollback") -> str:
+    """A failing `vfleet fleet ACTION` on INV: no node pulled before the gates passed, and the lock released."""
     _, pub = make_key(tmp, "trusted")
     argv = [
         sys.executable,
         "-m",
         "vfleet",
         "fleet",
-        "rollback",
+        action,
         "--inventory",
         str(inv),
         "--trusted-key",
@@ -144,3 +145,24 @@ def test_a_rollback_across_a_profile_change_is_judged_by_the_release_the_image_w
     out = _rollback(tmp_path, inv, *keys, env=env)
     assert f"no release snapshot of {PREVIOUS}" in out, out[-3000:]
     assert "not promoted" in out and "the profiles changed since" in out, out[-3000:]
+
+
+def test_a_run_by_tag_resolves_it_once_and_every_gate_uses_the_digest(tmp_path: Path) -> None:
+    """A rollout of REGISTRY/REPO:TAG asks the registry once (a registry of the real protocol served
+    here, as in tests/integration/test_registry_auth.py) and goes on with REGISTRY/REPO@sha256:D: the
+    promotion lookup names the digest. A tag that does not resolve stops the run before any gate."""
+    from test_registry_auth import DIGEST as SERVED
+    from test_registry_auth import REPO as SERVED_REPO
+    from test_registry_auth import _serve
+
+    inv = _node(tmp_path, None)
+    for reg in _serve("none"):
+        tag = f"{reg.host}/{SERVED_REPO}:v1"
+        out = _rollback(tmp_path, inv, "--image", tag, action="rollout")
+        digest_ref = f"{reg.host}/{SERVED_REPO}@{SERVED}"
+        assert f"{tag} is {digest_ref} at its registry" in out, out[-3000:]
+        assert f"{digest_ref} ({SERVED}) was never promoted" in out, out[-3000:]
+        # A tag the registry does not know: named, and nothing else runs.
+        out = _rollback(tmp_path, inv, "--image", f"{reg.host}/{SERVED_REPO}:no-such-tag", action="rollout")
+        assert f"cannot resolve {reg.host}/{SERVED_REPO}:no-such-tag at its registry" in out, out[-3000:]
+        assert "Nothing has been touched" in out and "never promoted" not in out, out[-3000:]
