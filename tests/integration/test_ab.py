@@ -269,6 +269,7 @@ def test_cli_refuses_a_promotion_ab_that_could_not_count(capsys: pytest.CaptureF
         (promo, "arm A's digest None was not read from its serving container"),
         (["ab", "--promotion", "--aa", "--profile", PROFILE, "--a", url], "A/A run cannot"),
         (["ab", "--a", url, "--b", other, "--image-a", typed], "without --container-a"),
+        ([*promo, "--sign-key", "/nonexistent/vfleet.pem"], "/nonexistent/vfleet.pem"),
     ]
     for argv, want in cases:
         rc = main(argv)
@@ -325,10 +326,12 @@ def _ab_report(
     noise: float = 0.01,
     rounds: int = 12,
     source: str = "container",
+    sign_with: str | None = "controller",
     **extra: Any,
 ) -> Path:
-    """A promotion A/B report as `vfleet ab --promotion --container-a --container-b` writes it, from
-    synthetic rounds with ``effect`` at the profile's levels (C1, C32)."""
+    """A promotion A/B report as `vfleet ab --promotion --container-a --container-b --sign-key` writes it,
+    from synthetic rounds with ``effect`` at the profile's levels (C1, C32), its summary signed by the key
+    SIGN_WITH (test_promotion's keys; None: unsigned)."""
     s = ab.settings(levels=[1, 32], rounds=rounds, n_resamples=1000)
     run = ab.AbRun(arms={"A": _arm("A", "tiny", 2048), "B": _arm("B", "tiny", 2048)}, settings=s, aa=False)
     conf = ab.per_comparison_confidence(s)
@@ -340,7 +343,15 @@ def _ab_report(
     images = {arm: {"ref": f"localhost:5000/vfleet-cpu@{d}", "digest": d, "source": source}
               for arm, d in (("A", baseline), ("B", candidate))}  # fmt: skip
     rep = report_mod.build(run, {"profile": PROFILE, "promotion": True, **extra}, images)
-    return report_mod.write(rep, root / name).parent
+    written = report_mod.write(rep, root / name)
+    if sign_with is not None:
+        from test_promotion import key_files
+
+        from vfleet.ab import attest as ab_attest
+        from vfleet.verify import attestation
+
+        ab_attest.write(written, attestation.load_signer(key_files(sign_with)[0]))
+    return written.parent
 
 
 def test_promote_requires_an_ab_report_not_worse_than_the_promoted_image(
@@ -377,6 +388,19 @@ def test_promote_requires_an_ab_report_not_worse_than_the_promoted_image(
     assert str(worse) in msg and str(swapped) in msg and str(noisy) in msg, msg
     assert "was not read from its serving container" in msg and "rounds 6: a promotion A/B needs at least 10" in msg
     assert str(typed) in msg and str(short) in msg
+    # Not worse, but unsigned, signed by a key nobody trusts, or edited after signing: refused, each named.
+    unsigned = _ab_report(root, "ab-unsigned", old, new, effect=1.0, sign_with=None)
+    foreign = _ab_report(root, "ab-foreign", old, new, effect=1.0, sign_with="stranger")
+    edited = _ab_report(root, "ab-edited", old, new, effect=1.0)
+    doc = json.loads((edited / "ab.json").read_text())
+    doc["settings"]["seed"] = 12345
+    (edited / "ab.json").write_text(json.dumps(doc, indent=1) + "\n")
+    with pytest.raises(VfleetError) as exc:
+        promotion.promote(f"localhost:5000/vfleet-cpu@{new}", PROFILE, None, registry, keys=trusted())
+    msg = str(exc.value)
+    assert f"{unsigned}/ab.json: no signed A/B summary (ab.dsse.json) beside it" in msg, msg
+    assert f"{foreign}/ab.json: ab.dsse.json: not signed by a trusted key" in msg, msg
+    assert f"{edited}/ab.json: ab.json is not the A/B report that was signed" in msg, msg
     fine = _ab_report(root, "ab-fine", old, new, effect=1.0)
     assert json.loads((fine / "ab.json").read_text())["not_worse"] is True
     entry = promotion.promote(f"localhost:5000/vfleet-cpu@{new}", PROFILE, None, registry, keys=trusted())

@@ -17,6 +17,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from vfleet.ab import attest as ab_attest
 from vfleet.ab import gate
 from vfleet.ab import report as report_mod
 from vfleet.ab import run as ab
@@ -24,7 +25,7 @@ from vfleet.ab.stats import MIN_ROUNDS, require_scipy
 from vfleet.errors import VfleetError
 from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
-from vfleet.verify import apikey
+from vfleet.verify import apikey, attestation
 from vfleet.verify import image as image_mod
 
 
@@ -98,6 +99,13 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
             f"--container-{arm}, and disagreeing with what the container runs is an error",
         )
     apikey.add_options(p)
+    p.add_argument(
+        "--sign-key",
+        type=Path,
+        metavar="PRIV",
+        help="ed25519 private key (PEM) that signs a promotion A/B's summary, ab.dsse.json (default VFLEET_SIGN_KEY); "
+        "`vfleet promote` accepts only a signed promotion A/B",
+    )
     p.add_argument("--out", type=Path, help="report directory, must hold no A/B report (default REPORTS/ab-<time>)")
     return p
 
@@ -136,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
         floors = gate.settings_problems(s.model_dump(), list(profile.verify.load.levels) if profile else None)
         if floors:
             raise ab.AbInputError("below a promotion A/B's floors: " + "; ".join(floors))
+    sign_key = attestation.sign_key_path(args.sign_key) if args.promotion else None
+    signer = attestation.load_signer(sign_key) if sign_key is not None else None  # a bad key fails before the run
     images = read_images(args)
     if args.promotion:
         bad = gate.arms_problems({n: {"url": u, "image": images.get(n)} for n, u in (("A", args.url_a), ("B", url_b))})
@@ -153,8 +163,14 @@ def run(args: argparse.Namespace) -> int:
     )
     res = ab.run(arm_a, arm_b, s, aa=args.aa, progress=lambda m: print(f"  {m}", flush=True))
     rep = report_mod.build(res, {"profile": args.profile, "api_key": key.source, "promotion": args.promotion}, images)
-    report_mod.write(rep, out)
+    written = report_mod.write(rep, out)
     print(summary(rep, out))
+    if args.promotion:
+        if signer is not None and not res.broken:
+            print(f"signed A/B summary: {ab_attest.write(written, signer)}")
+        else:
+            why = "the run broke off" if res.broken else attestation.NO_SIGN_KEY
+            print(f"NOT SIGNED, so this A/B cannot promote the image: {why}")
     return 1 if res.broken else 0
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vfleet.ab import attest as ab_attest
 from vfleet.ab import gate as ab_gate
 from vfleet.errors import VfleetError
 from vfleet.paths import profiles_digest, reports_dir
@@ -238,13 +239,16 @@ def ab_problems(rep: dict[str, Any], baseline: str, digest: str, profile: str) -
     return why
 
 
-def find_ab_report(baseline: str, digest: str, profile: str, ab_report: Path | None) -> Path:
+def find_ab_report(baseline: str, digest: str, profile: str, ab_report: Path | None, keys: list[Key]) -> Path:
     """The newest promotion A/B report of ``digest`` (arm B) against ``baseline`` (arm A) on ``profile``
-    that shows every metric not worse (ab_problems); VfleetError naming what is wrong otherwise."""
+    that shows every metric not worse (ab_problems) and whose signed summary a key of ``keys`` made
+    (vfleet.ab.attest); VfleetError naming what is wrong otherwise."""
 
     def check(path: Path) -> list[str]:
         rep = _load(path)
-        return ["not a readable A/B report"] if rep is None else ab_problems(rep, baseline, digest, profile)
+        if rep is None:
+            return ["not a readable A/B report"]
+        return ab_problems(rep, baseline, digest, profile) + ab_attest.check(path, keys, baseline, digest, profile)
 
     path, seen, where = _newest(ab_report, AB_REPORT, check, "; ")
     if path is not None:
@@ -279,7 +283,7 @@ def promote(
         previous = last_promoted(profile, registry, other_than=digest)
         if previous is not None:
             baseline = str(previous["digest"])
-            ab_path = find_ab_report(baseline, digest, profile, ab_report)
+            ab_path = find_ab_report(baseline, digest, profile, ab_report, keys)
     img = rep.image
     entry = {
         "promoted_at": dt.datetime.now(dt.UTC).isoformat(),
