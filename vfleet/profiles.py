@@ -139,6 +139,9 @@ class Catalog:
             raise ProfileError(f"{path}: expected a mapping of platform facts, got {type(data).__name__}")
         if "production" in data:
             raise ProfileError(f"{path}: production: {_PRODUCTION_IS_A_MODEL_FACT}")
+        family_file = self._platform_family_file(data.get("family"))
+        if family_file is not None:
+            data = {**data, "runtime": _merge(self._family_runtime(family_file), data.get("runtime") or {})}
         try:
             plat = Platform.model_validate(data)
         except ValidationError as exc:
@@ -146,6 +149,20 @@ class Catalog:
         if plat.platform != name:
             raise ProfileError(f"{path}: platform: {plat.platform!r} does not match the file name {name!r}")
         return plat
+
+    def _platform_family_file(self, family: object) -> Path | None:
+        """platforms/families/FAMILY.yaml: the container runtime every platform of a family shares (its
+        devices, shared memory, stop timeout), written once; a platform's own `runtime` keys win."""
+        if not isinstance(family, str):
+            return None
+        path = self.root / "platforms" / "families" / f"{family}.yaml"
+        return path if path.is_file() else None
+
+    def _family_runtime(self, path: Path) -> dict[str, Any]:
+        data = _read_yaml(path)
+        if not isinstance(data, dict) or set(data) - {"runtime"} or not isinstance(data.get("runtime"), dict):
+            raise ProfileError(f"{path}: expected one mapping, runtime:, of the family's container runtime")
+        return dict(data["runtime"])
 
     # -- models ------------------------------------------------------------------------------
     def model_names(self) -> list[str]:
@@ -221,7 +238,10 @@ class Catalog:
                 production = layer.production
             if layer.description:
                 description = layer.description
-        sources = [str(p.relative_to(self.root)) for p, _ in layers] + [f"platforms/{plat_name}.yaml"]
+        family_file = self._platform_family_file(platform.family)
+        sources = [str(p.relative_to(self.root)) for p, _ in layers]
+        sources += [str(family_file.relative_to(self.root))] if family_file else []
+        sources += [f"platforms/{plat_name}.yaml"]
         verify = derive_verify(
             name,
             vllm,

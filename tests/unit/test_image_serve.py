@@ -138,7 +138,7 @@ def test_gpu_profile_on_a_host_without_gpus_is_refused(
 ) -> None:
     """This machine has no GPU: a ROCm profile must stop at preflight, naming the device options."""
     config_tree.edit("models/glm-5.3-flash/model.yaml", lambda d: d["vllm"].__setitem__("model", str(serve_env)))
-    config_tree.edit("platforms/mi355x.yaml", lambda d: d["runtime"].__setitem__("min_shm_bytes", 0))
+    config_tree.edit("platforms/mi355x.yaml", lambda d: d.setdefault("runtime", {}).__setitem__("min_shm_bytes", 0))
     monkeypatch.setenv("VFLEET_PROFILE", "glm-5.3-flash/mi355x")
     monkeypatch.setenv("VLLM_API_KEY", KEY)
     if Path("/dev/kfd").exists():

@@ -25,6 +25,7 @@ def test_layers_merge_in_order() -> None:
         "models/glm-5.3-flash/model.yaml",
         "models/glm-5.3-flash/cuda.yaml",
         "models/glm-5.3-flash/h200.yaml",
+        "platforms/families/cuda.yaml",
         "platforms/h200.yaml",
     ]
     assert h200.vllm["kv-cache-dtype"] == "bfloat16"  # h200.yaml beats cuda.yaml
@@ -38,6 +39,7 @@ def test_layers_merge_in_order() -> None:
         "models/glm-5.3-flash/model.yaml",
         "models/glm-5.3-flash/rocm.yaml",
         "models/glm-5.3-flash/gfx950.yaml",
+        "platforms/families/rocm.yaml",
         "platforms/mi350x.yaml",
     ]
 
@@ -67,11 +69,7 @@ gpus: 8
 detect:
   names: [MI300X]
 runtime:
-  devices: [/dev/kfd, /dev/dri]
-  group_add: [video]
-  ipc: host
-  shm_size: 64g
-  stop_timeout: 150
+  shm_size: 32g
 """
 
 
@@ -87,8 +85,13 @@ def test_another_rocm_arch_does_not_inherit_the_gfx950_layer(config_tree: Config
     assert mi300x.sources == [
         "models/glm-5.3-flash/model.yaml",
         "models/glm-5.3-flash/rocm.yaml",
+        "platforms/families/rocm.yaml",
         "platforms/mi300x.yaml",
     ]
+    # The family's container runtime applies (platforms/families/rocm.yaml), and the platform's own key wins.
+    rt = mi300x.platform.runtime
+    assert rt.devices == ["/dev/kfd", "/dev/dri"] and rt.group_add == ["video"] and rt.stop_timeout == 150
+    assert rt.shm_size == "32g" and cat.load("glm-5.3-flash/mi355x").platform.runtime.shm_size == "64g"
     # The family facts still apply; the gfx950 faults' workarounds do not.
     assert mi300x.env == {"VLLM_ROCM_USE_AITER": "1"}
     assert mi300x.vllm["max-num-seqs"] == 512 and "kv-cache-dtype" not in mi300x.vllm
@@ -440,3 +443,12 @@ def test_production_profile_needs_a_floor_at_every_load_level(config_tree: Confi
     assert Catalog().load("glm-5.3-flash/mi355x").verify.load.min_output_tok_per_s[8] == 40.0
     # Not production: no floor needed (tiny/cpu sets none).
     assert Catalog().load("tiny/cpu").verify.load.min_output_tok_per_s == {}
+
+
+def test_a_family_runtime_file_of_another_shape_is_named(config_tree: ConfigTree) -> None:
+    config_tree.write("platforms/families/rocm.yaml", "runtime: [a, b]\n")
+    with pytest.raises(ProfileError, match=r"platforms/families/rocm.yaml: expected one mapping, runtime:"):
+        Catalog().platform("mi355x")
+    config_tree.write("platforms/families/rocm.yaml", "runtime: {}\nvllm: {}\n")
+    with pytest.raises(ProfileError, match=r"platforms/families/rocm.yaml: expected one mapping"):
+        Catalog().platform("mi355x")
