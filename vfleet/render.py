@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,13 @@ class DockerRun:
     #: Tell the entrypoint which serve profiles this line was rendered from (VFLEET_PROFILES_DIGEST):
     #: it refuses to start when its own copy differs, so the container serves what was rendered.
     pin_profiles: bool = True
+
+
+#: DockerRun's defaults by field name: `vfleet render` takes its option defaults from here, and a test
+#: ties the node role's defaults (ansible/roles/vfleet_node/defaults/main.yml) to them.
+DOCKER_RUN_DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in dataclasses.fields(DockerRun) if f.default is not dataclasses.MISSING
+}
 
 
 def docker_run_argv(profile: Profile, opts: DockerRun) -> list[str]:

@@ -187,3 +187,36 @@ def test_a_default_no_spec_names_is_refused_unless_listed_internal(tmp_path: Pat
     assert "vfleet_lb: vfleet_lb_gone: listed as INTERNAL, yet not in defaults/main.yml" in disagreements(
         role, frozenset({"vfleet_lb_forgotten", "vfleet_lb_gone"})
     )
+
+
+#: The node role's defaults that stand for a `docker run` option, by DockerRun field (vfleet.render).
+NODE_RUN_DEFAULTS = {
+    "vfleet_node_model_dir": "model_dir",
+    "vfleet_node_host_port": "host_port",
+    "vfleet_node_env_file": "env_file",
+    "vfleet_node_cache_volume": "cache_volume",
+}
+
+
+def run_default_disagreements(defaults_file: Path) -> list[str]:
+    from vfleet.render import DOCKER_RUN_DEFAULTS
+
+    defaults = yaml.safe_load(defaults_file.read_text())
+    return [
+        f"{defaults_file}: {var} is {defaults.get(var)!r}, DockerRun.{field} (vfleet/render.py) is "
+        f"{DOCKER_RUN_DEFAULTS[field]!r}"
+        for var, field in NODE_RUN_DEFAULTS.items()
+        if defaults.get(var) != DOCKER_RUN_DEFAULTS[field]
+    ]
+
+
+def test_the_node_role_and_vfleet_render_default_to_the_same_docker_run(tmp_path: Path) -> None:
+    """`vfleet render` takes its defaults from DockerRun; the node role's defaults of the same options must
+    agree with them (the role renders through `vfleet render`, passing its own)."""
+    defaults = ROLES_DIR / "vfleet_node" / "defaults" / "main.yml"
+    assert run_default_disagreements(defaults) == []
+    copy = _tampered(tmp_path, "vfleet_node") / "defaults" / "main.yml"
+    _edit(copy, "vfleet_node_host_port: 8000", "vfleet_node_host_port: 8001")
+    assert run_default_disagreements(copy) == [
+        f"{copy}: vfleet_node_host_port is 8001, DockerRun.host_port (vfleet/render.py) is 8000"
+    ]

@@ -10,7 +10,7 @@ from typing import Any
 
 from vfleet.paths import profiles_digest
 from vfleet.profiles import Catalog
-from vfleet.render import DockerRun, default_image, docker_run_argv, env_lines, render_text
+from vfleet.render import DOCKER_RUN_DEFAULTS, DockerRun, default_image, docker_run_argv, env_lines, render_text
 from vfleet.rules import enforce
 from vfleet.vllm_args import config_yaml, negative_flags, write_config
 
@@ -22,14 +22,16 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     p.add_argument("profile", help="MODEL/PLATFORM, e.g. glm-5.3-flash/mi355x (see `vfleet profiles`)")
     p.add_argument("--format", choices=FORMATS, default="text", help="what to print (default: all, as text)")
     p.add_argument("--image", help="image reference (default: the pinned vfleet image of the platform family)")
-    p.add_argument("--model-dir", default="/srv/models", help="host directory with the model weights")
-    p.add_argument("--host-port", type=int, default=8000, help="host port to publish")
+    # The defaults are DockerRun's (vfleet.render), written there once.
+    d = DOCKER_RUN_DEFAULTS
+    p.add_argument("--model-dir", default=d["model_dir"], help="host directory with the model weights")
+    p.add_argument("--host-port", type=int, default=d["host_port"], help="host port to publish")
     p.add_argument(
         "--env-file",
-        default="/etc/vfleet/secrets.env",
+        default=d["env_file"],
         help="env file with HF_TOKEN and VLLM_API_KEY on the node ('' for none)",
     )
-    p.add_argument("--cache-volume", default="vfleet-cache", help="volume for compile caches ('' for none)")
+    p.add_argument("--cache-volume", default=d["cache_volume"], help="volume for compile caches ('' for none)")
     p.add_argument("--name", help="container name (default: vfleet-MODEL-PLATFORM)")
     p.add_argument("--write-config", type=Path, metavar="FILE", help="also write the vLLM --config file here")
     return p
