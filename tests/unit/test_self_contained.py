@@ -40,6 +40,9 @@ FILE_PARENT_CHAIN = re.compile(r"__file__\)(?:\.resolve\(\))?((?:\.parent\b)+)")
 #: Built from parts, so that this file's own planted examples are not themselves outside reads.
 SHARED = "sha" + "red"
 OUTSIDE_LITERALS = re.compile(r"""REPO\.parent\b|REPO\s*/\s*["']\.\.|["'](?:\.\./)+shared\b|["']shared["']|/work/""")
+#: Paths of the machine this project was written on, which no user has: its work folder and the shared
+#: inputs beside the checkout (built from parts, like SHARED).
+WORKSPACE_PATHS = re.compile("/" + "work/(?:" + SHARED + "|main)\\b|\\.\\./" + SHARED + "/")
 #: This module: its planted examples of the faults above are data, not reads.
 THIS = Path(__file__).resolve()
 
@@ -104,6 +107,43 @@ def outside_reads(root: Path) -> list[str]:
             if climbs or OUTSIDE_LITERALS.search(line):
                 found.append(f"{path.relative_to(root)}:{no}: {line.strip()[:160]}")
     return found
+
+
+def workspace_paths(root: Path) -> list[str]:
+    """`path:line: text` for every line of a text file under `root` (but this module, and the recorded
+    outputs under tests/fixtures, which keep the paths they were recorded under) that names a path of the
+    machine the project was written on (WORKSPACE_PATHS)."""
+    found = []
+    for path in repo_files(root):
+        if path.is_relative_to(root / "tests" / "fixtures"):
+            continue
+        text = _text(path) if path.resolve() != THIS else None
+        for no, line in enumerate((text or "").splitlines(), 1):
+            if WORKSPACE_PATHS.search(line):
+                found.append(f"{path.relative_to(root)}:{no}: {line.strip()[:160]}")
+    return found
+
+
+def test_nothing_in_the_repository_names_a_path_of_the_authors_machine() -> None:
+    found = workspace_paths(REPO)
+    assert not found, (
+        f"{len(found)} line(s) name a folder only the authors' machine has; cite the upstream source, or a path "
+        "inside the repository:\n" + "\n".join(found)
+    )
+
+
+def test_a_path_of_the_authors_machine_is_found(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "docs/a.md": "From (`/" + "work/" + SHARED + "/seeds/002.txt`).\n",
+            "benchmarks/b.sh": "cd /" + "work/main && make\n",
+            "docs/c.md": "see ../" + SHARED + "/fixtures\n",
+            "docs/ok.md": "a shared folder; /workspace/main; tests/fixtures\n",
+            "tests/fixtures/run/out.txt": "rootdir: /" + "work/main/smoke_tests\n",
+        },
+    )
+    assert [f.split(":")[0] for f in workspace_paths(root)] == ["benchmarks/b.sh", "docs/a.md", "docs/c.md"]
 
 
 def test_nothing_in_the_repository_cites_the_private_notes() -> None:
