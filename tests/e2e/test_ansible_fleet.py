@@ -688,7 +688,12 @@ def test_nodes_that_pulled_another_image_than_the_gate_verified_stop_before_a_sw
     proc = ctx.cli("gate_id_moved", "rollout", "--image", ctx.refs["good-2"], vfleet_node__verified_id=other)
     assert proc.returncode != 0
     text = flat(proc.stdout)
-    assert f"but the supply-chain gate verified {other} for {ctx.refs['good-2']}: the tag moved" in text, text[-3000:]
+    # The run resolved the tag once (roles/vfleet/tasks/resolve.yml) and names the digest from then on.
+    repo = ctx.refs["good-2"].rsplit(":", 1)[0]
+    assert f"{ctx.refs['good-2']} is {repo}@sha256:" in text, text[-3000:]
+    assert f"but the supply-chain gate verified {other} for {repo}@sha256:" in text and "the tag moved" in text, text[
+        -3000:
+    ]
     assert "No container has been swapped" in text
     assert ctx.snapshot() == before
     # Injected fault (issue 21): the gate skipped (--allow-unsigned, via FAST) while the switch check's fact
@@ -696,9 +701,8 @@ def test_nodes_that_pulled_another_image_than_the_gate_verified_stop_before_a_sw
     proc = ctx.cli("gate_id_empty", "rollout", "--image", ctx.refs["good-2"], vfleet_node__supply_unchecked=False)
     assert proc.returncode != 0
     text = flat(proc.stdout)
-    assert f"the supply-chain gate verified no image ID for {ctx.refs['good-2']}, and no test-fleet switch" in text, (
-        text[-3000:]
-    )
+    assert f"the supply-chain gate verified no image ID for {repo}@sha256:" in text, text[-3000:]
+    assert "and no test-fleet switch" in text, text[-3000:]
     assert "No container has been swapped" in text
     assert ctx.snapshot() == before
 
