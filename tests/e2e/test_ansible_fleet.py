@@ -382,7 +382,10 @@ def test_canary_failing_boot_verify_goes_back_and_stops(ctx: Ctx) -> None:
     canary, *rest = ctx.names
     ctx.assert_on(canary, "good-1")
     assert ctx.snapshot()[canary][0] != before[canary][0], "the canary was never swapped"
-    assert ctx.record(canary)["last_failure"]["target"].startswith(ctx.refs["noverify"].rsplit(":", 1)[0])
+    failure = ctx.record(canary)["last_failure"]
+    assert failure["target"].startswith(ctx.refs["noverify"].rsplit(":", 1)[0])
+    # The evidence outlives the failed container: its whole log, on the controller, named by the record.
+    assert failure["log"] and Path(failure["log"]).is_file(), failure
     for n in rest:
         assert ctx.snapshot()[n] == before[n], f"{n} was touched after the canary failed"
     assert not ctx.lock_file(), "the CLI did not release the lock of its failed run"

@@ -344,3 +344,28 @@ def test_fleet_status_html_through_the_playbook(chromium: Browser, tmp_path: Pat
     assert here["patches"][0] == "unknown" and "no running container" in here["patches"][1]
     assert all(s == "unknown" and "unreachable" in t for s, t in gone.values())
     shutil.rmtree(tmp_path / "state", ignore_errors=True)
+
+
+def test_a_node_restored_after_a_failed_swap_is_not_green_and_links_the_evidence(tmp_path: Path) -> None:
+    """restore.yml writes last_failure (target, error, the failed container's log and this run's report
+    directory) on a node that went back to its previous image: serving, but the swap asked for did not
+    happen. The record cell says so, fails the row, and links the report (else the log) the rescue kept."""
+    report = tmp_path / "run1" / "n1"
+    report.mkdir(parents=True)
+    (report / "report.html").write_text("<html></html>")
+    (report / "container.log").write_text("EngineCore encountered a fatal error\n")
+    failure = {"target": "r/x@sha256:" + "2" * 64, "error": "Boot-verify the node: exit 1", "at": "2026-12-03T10:00Z",
+               "log": str(report / "container.log"), "report": str(report)}  # fmt: skip
+    row = {"node": "n1", "record_state": "deployed", "updated_at": "2026-12-03T10:01Z", "last_failure": failure}
+    cell = fleet_html.node_cells(row)["record"]
+    assert cell.state == "bad" and "last swap FAILED: to r/x@sha256:2222" in cell.text, cell
+    assert "Boot-verify the node: exit 1" in cell.why and cell.href == (report / "report.html").resolve().as_uri()
+    # No report (the start failed before boot-verify): the log is the link.
+    cell = fleet_html.node_cells({**row, "last_failure": {**failure, "report": ""}})["record"]
+    assert cell.href == (report / "container.log").resolve().as_uri()
+    # Evidence kept on another controller: named, not linked.
+    gone = {**failure, "report": "", "log": str(tmp_path / "elsewhere.log")}
+    cell = fleet_html.node_cells({**row, "last_failure": gone})["record"]
+    assert cell.href == "" and "is not on this controller" in cell.why
+    # A later successful deploy writes a record without last_failure: green again.
+    assert fleet_html.node_cells({**row, "last_failure": {}})["record"].state == "ok"

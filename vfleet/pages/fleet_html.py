@@ -113,12 +113,25 @@ def _health(row: dict[str, Any]) -> Cell:
 
 def _record(row: dict[str, Any]) -> Cell:
     state = str(row.get("record_state") or "")
+    failure = row.get("last_failure") or {}
+    if state == "deployed" and failure:
+        # Back on its previous image after a failed swap (restore.yml): serving, but the swap the operator
+        # asked for did not happen. The cell links the evidence the rescue kept.
+        evidence = str(failure.get("report") or failure.get("log") or "")
+        page = Path(evidence) / "report.html" if failure.get("report") else Path(evidence)
+        href = page.resolve().as_uri() if evidence and page.exists() else ""
+        text = (
+            f"deployed {row.get('updated_at') or ''}\nlast swap FAILED: to {_short(str(failure.get('target') or '?'))}"
+        )
+        why = f"{failure.get('at') or ''} {failure.get('error') or ''}".strip()
+        if evidence and not href:
+            why += f" (its evidence {evidence} is not on this controller)"
+        return Cell(text.strip(), "bad", why[:400], href)
     if state == "deployed":
         return Cell(f"deployed {row.get('updated_at') or ''}".strip(), "ok")
     if state == "swapping":
         return Cell("swapping", "bad", f"a swap to {row.get('moving_to') or '?'} did not finish")
     if state:
-        failure = row.get("last_failure") or {}
         return Cell(state, "bad", json.dumps(failure)[:300] if failure else "")
     return html.unknown("no deployment record on the node")
 
