@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
 import subprocess
 import sys
@@ -11,28 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vfleet import __version__
+from vfleet.digests import tree_digest
 from vfleet.images.base import build_base, fetch_wheels
 from vfleet.images.dockerrun import _docker_build
 from vfleet.images.refs import FAMILIES, LABEL, ROOT, ImageError, base_ref, gpu_base_ref, image_ref, pinned
 
 # -- labels and the image build -------------------------------------------------------------------
-
-
-def tree_digest(paths: list[Path], root: Path) -> str:
-    """sha256 over (relative path, content) of every file under ``paths``, in sorted order."""
-    h = hashlib.sha256()
-    files: list[Path] = []
-    for p in paths:
-        if p.is_file():
-            files.append(p)
-        elif p.is_dir():
-            files.extend(
-                f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts and not f.name.startswith(".")
-            )
-    for f in sorted(files):
-        h.update(str(f.relative_to(root)).encode() + b"\0")
-        h.update(hashlib.sha256(f.read_bytes()).digest())
-    return "sha256:" + h.hexdigest()
 
 
 def git_revision(root: Path) -> str:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vfleet.patchset.fetch import sha256_file as file_sha256
+from vfleet.digests import sha256_file as file_sha256
 from vfleet.supply import provenance as prov
 from vfleet.supply.audit import audit_packages
 from vfleet.supply.identity import Identity, resolve

@@ -19,8 +19,9 @@ from typing import Any
 
 from securesystemslib.signer import Key  # type: ignore[attr-defined]
 
+from vfleet.digests import sha256_file as file_sha256
+from vfleet.digests import tree_digest
 from vfleet.errors import VfleetError
-from vfleet.patchset.fetch import sha256_file as file_sha256
 from vfleet.supply import policy as vpolicy
 from vfleet.supply import provenance as prov
 from vfleet.supply.identity import Identity, resolve
@@ -183,7 +184,6 @@ def _byproduct_problem(rec: Path, item: dict[str, Any] | None, name: str) -> str
 def material_problems(stmt: dict[str, Any], home: Path, *, allow_standin: bool = False) -> list[str]:
     """What in the Statement's materials differs from the checkout HOME (empty: all match)."""
     from vfleet import pins
-    from vfleet.images.build import tree_digest
     from vfleet.images.refs import standin_ref
 
     build = stmt.get("predicate", {}).get("buildDefinition", {})
