@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vfleet.profile_schema import FAMILIES
+from vfleet.supply import default_store
 
 if TYPE_CHECKING:
     from vfleet.supply.policy import Rules
@@ -107,15 +108,18 @@ def run(args: argparse.Namespace) -> int:
             if args.family == "cpu":
                 raise images.ImageError("--standin is for the cuda and rocm families; the cpu image has a real base")
             base = images.build_standin()
-        from vfleet.supply import default_store
+        # The supply chain's libraries (securesystemslib, cryptography) are the controller's, not the images':
+        # imported when a build asks for them, so that `vfleet serve` in an image starts without them.
+        from vfleet.supply.attest import attest_result
         from vfleet.supply.provenance import load_private_key
 
         if args.sign_key:
             load_private_key(args.sign_key)  # a bad key fails before the build, not after it
-        attest = images.Attest(args.store or default_store(), args.sign_key, audit=not args.no_audit)
-        res = images.build_image(args.family, base=base, tag=args.tag, no_cache=args.no_cache, attest=attest)
+        res = images.build_image(args.family, base=base, tag=args.tag, no_cache=args.no_cache)
         print(res.output[-3000:], file=sys.stderr)
-        print(f"built {res.ref} in {res.seconds:.0f} s; supply record {res.record}", file=sys.stderr)
+        # After the build, the image command (not the build) writes its supply-chain record.
+        record = attest_result(res, args.store or default_store(), sign_key=args.sign_key, audit=not args.no_audit)
+        print(f"built {res.ref} in {res.seconds:.0f} s; supply record {record}", file=sys.stderr)
         print(images.layer_report(res.ref))
     elif args.action == "layers":
         if not args.name:
@@ -147,7 +151,6 @@ def _resolve(args: argparse.Namespace) -> int:
 def _supply(args: argparse.Namespace) -> int:
     from vfleet.images.refs import ImageError
     from vfleet.paths import home, release_dir
-    from vfleet.supply import default_store
     from vfleet.supply.attest import sign_image
     from vfleet.supply.check import verify
     from vfleet.supply.provenance import load_public_key
