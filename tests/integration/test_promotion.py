@@ -24,8 +24,9 @@ import pytest
 from conftest import REPO
 from supply_helpers import make_key
 
+from vfleet import promotion
 from vfleet.errors import VfleetError
-from vfleet.verify import attestation, promotion, report
+from vfleet.verify import attestation, report
 from vfleet.verify.model import CheckResult, Report
 
 DIGEST = "sha256:" + "ab" * 32
