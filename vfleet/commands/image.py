@@ -19,13 +19,19 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from vfleet import images
+from vfleet.dockerd import ensure_dockerd
+from vfleet.images.refs import ImageError
+from vfleet.paths import home, release_dir
 from vfleet.profile_schema import FAMILIES
+from vfleet.profiles import Catalog
 from vfleet.supply import default_store
-
-if TYPE_CHECKING:
-    from vfleet.supply.policy import Rules
+from vfleet.supply import policy as vpolicy
+from vfleet.supply.identity import registry_manifest_digest, split_ref
+from vfleet.supply.policy import Rules
+from vfleet.supply.store import SupplyError, trusted_key_paths
 
 ACTIONS = ("dockerd", "base", "wheels", "standin", "build", "layers", "sign", "verify", "resolve")
 
@@ -81,9 +87,6 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vfleet import images
-    from vfleet.dockerd import ensure_dockerd
-
     if args.action == "build" and args.release:
         if args.base or args.standin:
             raise images.ImageError("--release builds on the pinned base: drop --base/--standin")
@@ -109,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
                 raise images.ImageError("--standin is for the cuda and rocm families; the cpu image has a real base")
             base = images.build_standin()
         # The supply chain's libraries (securesystemslib, cryptography) are the controller's, not the images':
-        # imported when a build asks for them, so that `vfleet serve` in an image starts without them.
+        # imported where used, so that `vfleet serve` in an image starts without them.
         from vfleet.supply.attest import attest_result
         from vfleet.supply.provenance import load_private_key
 
@@ -130,10 +133,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _resolve(args: argparse.Namespace) -> int:
     """The one resolution of a run's image: REF's registry (with docker's login for it) names the digest."""
-    from vfleet.images.refs import ImageError
-    from vfleet.supply.identity import registry_manifest_digest, split_ref
-    from vfleet.supply.store import SupplyError
-
     if not args.name:
         raise ImageError("vfleet image resolve REF: name the image")
     out: dict[str, Any] = {"ref": args.name, "resolved": False, "digest": "", "image": ""}
@@ -149,12 +148,10 @@ def _resolve(args: argparse.Namespace) -> int:
 
 
 def _supply(args: argparse.Namespace) -> int:
-    from vfleet.images.refs import ImageError
-    from vfleet.paths import home, release_dir
+    # cryptography and securesystemslib: see run().
     from vfleet.supply.attest import sign_image
     from vfleet.supply.check import verify
     from vfleet.supply.provenance import load_public_key
-    from vfleet.supply.store import trusted_key_paths
 
     if not args.name:
         raise ImageError(f"vfleet image {args.action} REF: name the image")
@@ -185,9 +182,6 @@ def _supply(args: argparse.Namespace) -> int:
 def vuln_rules(profiles: list[str], policy: Path | None, root: Path, release: Path | None = None) -> Rules:
     """The vulnerability policy of ROOT for the profiles that will run the image: production's if any of
     them is production (or none is named); each name must be a profile of RELEASE (default ROOT)."""
-    from vfleet.profiles import Catalog
-    from vfleet.supply import policy as vpolicy
-
     production = True
     if profiles:
         catalog = Catalog((release or root) / "serve_configs")
