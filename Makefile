@@ -26,7 +26,7 @@ test-integration: $(STAMP) ## the integration tier: child processes, lint, kerne
 test-e2e: $(STAMP) ## the e2e tier: dockerd, the images, staging, the Docker-in-Docker fleet and the lifecycle
 	$(V)/python -m vfleet.testing.stages e2e
 
-lint: $(STAMP) ## ruff and mypy
+lint: $(STAMP) ## ruff, mypy and the import contracts of the floors (lint-imports: docs/architecture.md)
 	$(V)/python -m pytest -q tests/integration/test_lint.py
 
 check: $(STAMP) ## validate every serve profile against the rules

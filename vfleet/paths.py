@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from vfleet import PACKAGE_DIR, pins
+from vfleet.digests import tree_digest
 from vfleet.errors import VfleetError
 
 
@@ -54,8 +55,6 @@ def profiles_digest() -> str:
     """Digest of the serve profiles this process reads (serve_configs/), computed as `vfleet image
     build` computes the image label org.vfleet.profiles.digest: a checkout and an image built from it
     give the same value."""
-    from vfleet.images import tree_digest
-
     root = serve_configs_dir()
     return tree_digest([root], root.parent)
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from vfleet.verify import checks
+from vfleet import checkids as checks
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -116,7 +116,7 @@ class IntegritySpec(Strict):
 class Verify(Strict):
     """What a healthy server of this profile looks like (used by boot-verify).
 
-    ``not_applicable`` maps a check id (a test name of smoke_tests/, vfleet.verify.checks.CHECK_IDS)
+    ``not_applicable`` maps a check id (a test name of smoke_tests/, vfleet.checkids.CHECK_IDS)
     to the reason it does not apply to this profile. A report passes only when nothing failed and
     every skipped check is declared here; any other skip fails the gate.
     """

@@ -24,8 +24,10 @@ from types import TracebackType
 
 import psutil
 
+from vfleet.dockerd import DockerError, docker
 from vfleet.errors import VfleetError
 from vfleet.profiles import Profile
+from vfleet.render import DockerRun, docker_run_argv
 from vfleet.verify.client import status_of
 from vfleet.vllm_args import ensure_vllm_dist_metadata, serve_argv, write_config
 from vfleet.waiting import WaitTimeout, wait_until
@@ -261,8 +263,6 @@ class ContainerServer:
         """`docker run` the container and return at once (several can then boot side by side)."""
         import tempfile
 
-        from vfleet.render import DockerRun, docker_run_argv
-
         fd, env_path = tempfile.mkstemp(prefix="vfleet-demo-", suffix=".env")
         try:
             with os.fdopen(fd, "w") as f:
@@ -337,8 +337,6 @@ def image_present(image: str) -> bool:
 
 def image_labels(image: str) -> dict[str, str] | None:
     """The labels of local ``image`` ({} when it has none); None when docker or the image is missing."""
-    from vfleet.dockerd import DockerError, docker
-
     try:
         proc = docker("image", "inspect", "--format", "{{json .Config.Labels}}", image, check=False, timeout=30)
     except (DockerError, OSError, subprocess.TimeoutExpired):

@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vfleet import promotion
 from vfleet.errors import VfleetError
 from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
 from vfleet.server import ContainerServer
-from vfleet.verify import attestation, promotion, runner
+from vfleet.verify import attestation, runner
 from vfleet.verify.model import Report
 
 

@@ -215,7 +215,8 @@ class Lifecycle:
 @pytest.fixture(scope="module")
 def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     from vfleet.dockerd import ensure_dockerd
-    from vfleet.images import Attest, build_image
+    from vfleet.images import build_image
+    from vfleet.supply.attest import attest_result
 
     ensure_dockerd()
     tmp = tmp_path_factory.mktemp("lifecycle")
@@ -223,7 +224,9 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     # `vfleet image build` with its supply-chain record (SBOM, Statement) in this test's store, unsigned:
     # the build cache makes it a few seconds when the image is current, and the SBOM about 40 s. (No
     # pip-audit: its database is out of reach here, and tests/e2e/test_supply_cpu.py covers it.)
-    base = build_image("cpu", attest=Attest(tmp / "supply", audit=False)).ref
+    built = build_image("cpu")
+    attest_result(built, tmp / "supply", audit=False)
+    base = built.ref
     model = tinymodel.build()
     build_node_image()
     _build_variant(base, BUILDS["B"], "build B")

@@ -123,7 +123,7 @@ def test_a_rollback_across_a_profile_change_is_judged_by_the_release_the_image_w
     next gate (supply chain) runs; without it, the promotion check fails against the checkout."""
     from test_promotion import key_files, trusted, write_report
 
-    from vfleet.verify import promotion
+    from vfleet import promotion
 
     inv = _node(tmp_path, _record(gate=None))
     digest = PREVIOUS.split("@", 1)[1]

@@ -359,7 +359,7 @@ def test_promote_requires_an_ab_report_not_worse_than_the_promoted_image(
 ) -> None:
     from test_promotion import trusted, write_report
 
-    from vfleet.verify import promotion
+    from vfleet import promotion
 
     config_tree.edit("models/tiny/model.yaml", lambda d: d["verify"].update({"ab_not_worse": True}))
     root, registry = tmp_path / "reports", tmp_path / "promotions.jsonl"
@@ -413,7 +413,7 @@ def test_promotion_recomputes_the_verdict_from_the_rounds(
 ) -> None:
     """An ab.json whose stored verdicts and intervals were edited to pass is refused: the gate recomputes
     non-inferiority from the per-round figures. An A/A report, or one of the same image twice, is refused."""
-    from vfleet.verify import promotion
+    from vfleet import promotion
 
     old, new = "sha256:" + "11" * 32, "sha256:" + "22" * 32
     path = _ab_report(tmp_path, "noisy", old, new, effect=0.85, noise=0.15) / "ab.json"
@@ -441,7 +441,7 @@ def test_promote_without_the_profile_setting_needs_no_ab_report(
 ) -> None:
     from test_promotion import trusted, write_report
 
-    from vfleet.verify import promotion
+    from vfleet import promotion
 
     root, registry = tmp_path / "reports", tmp_path / "promotions.jsonl"
     root.mkdir()

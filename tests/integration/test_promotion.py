@@ -24,8 +24,9 @@ import pytest
 from conftest import REPO
 from supply_helpers import make_key
 
+from vfleet import promotion
 from vfleet.errors import VfleetError
-from vfleet.verify import attestation, promotion, report
+from vfleet.verify import attestation, report
 from vfleet.verify.model import CheckResult, Report
 
 DIGEST = "sha256:" + "ab" * 32
@@ -492,7 +493,7 @@ def test_a_promotion_keeps_its_release_and_a_rollback_across_a_profile_change_is
     checkout's serve profiles change, `promote --check` of the old image fails against the checkout and
     passes with VFLEET_RELEASE_DIR on the snapshot (what rollback.yml sets); a snapshot edited after the
     promotion fails the check again, until a promotion from the same release puts it right."""
-    from vfleet.images.build import tree_digest
+    from vfleet.digests import tree_digest
     from vfleet.paths import profiles_digest
     from vfleet.verify import releases
 

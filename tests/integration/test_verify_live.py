@@ -27,11 +27,11 @@ from conftest import REPO
 from test_promotion import key_files
 
 from vfleet import tinymodel
+from vfleet.checkids import LOG_CHECKS
 from vfleet.paths import versions
 from vfleet.profiles import Catalog
 from vfleet.server import ServerError, VllmServer, _descendants, free_port
 from vfleet.verify import runner
-from vfleet.verify.checks import LOG_CHECKS
 from vfleet.verify.metrics import Metrics, prefix_hits
 from vfleet.vllm_args import parse_like_vllm
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from test_promotion import load_row, trusted, write_report
 
-from vfleet import tinymodel
+from vfleet import promotion, tinymodel
 from vfleet.errors import VfleetError
 from vfleet.profiles import IntegritySpec
-from vfleet.verify import apikey, cacheprobe, promotion, report
+from vfleet.verify import apikey, cacheprobe, report
 from vfleet.verify.cacheprobe import ProbeSetupError, plan_fillers
 from vfleet.verify.metrics import Metrics, finishes, prefix_hits, unexpected_finishes
 from vfleet.verify.model import Report

@@ -55,6 +55,8 @@ def statement(rep: dict[str, Any], ab_sha256: str, measured_at: dt.datetime) -> 
 
 def write(ab_json: Path, signer: CryptoSigner, now: dt.datetime | None = None) -> Path:
     """Sign AB_JSON as written and put its summary beside it; returns the summary's path."""
+    # cryptography and securesystemslib (supply.provenance) are the controller's, not the images': imported
+    # where used, so that the CLI starts in an image without them.
     from vfleet.supply.provenance import sign
 
     rep = json.loads(ab_json.read_text())
@@ -77,7 +79,7 @@ def check(ab_json: Path, keys: list[Key], baseline: str, digest: str, profile: s
         fix = f"run `vfleet ab --promotion` with the signing key ({NO_SIGN_KEY})"
         return [f"no signed A/B summary ({path.name}) beside it: {fix}"]
     try:
-        from vfleet.supply.provenance import open_envelope
+        from vfleet.supply.provenance import open_envelope  # cryptography: see write()
 
         stmt, _ = open_envelope(json.loads(path.read_text()), keys)
     except (OSError, ValueError, SupplyError) as exc:

@@ -12,10 +12,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vfleet import tinymodel
+from vfleet.dockerd import ensure_dockerd
 from vfleet.errors import VfleetError
 from vfleet.fleet import inventory as fleet_inventory
 from vfleet.fleet.ansible import check_paths, forks_for, limit_hosts, role_defaults, run_playbook, with_controller
+from vfleet.paths import home
+from vfleet.staging import Candidate, stage
+from vfleet.supply import default_store
+from vfleet.supply.store import trusted_key_paths
 from vfleet.testing import testfleet
+from vfleet.verify import attestation
 
 
 def _extra(pairs: list[str]) -> dict[str, Any]:
@@ -203,7 +210,7 @@ def _playbook(args: argparse.Namespace) -> int:
     if args.fleet_command == "status" and "vfleet_status_file" in extra:
         _add_provenance(Path(extra["vfleet_status_file"]), args.trusted_key, args.supply_store)
     if getattr(args, "html", None):
-        from vfleet.pages import fleet_html
+        from vfleet.pages import fleet_html  # jinja2 is not in the images: only when a page is written
 
         print(f"vfleet: fleet page {fleet_html.write(Path(extra['vfleet_status_file']), args.html.resolve())}")
     if proc.returncode != 0 and args.fleet_command in ("rollout", "rollback"):
@@ -233,11 +240,10 @@ def _add_provenance(status_file: Path, key_paths: list[Path], store: Path | None
     """The provenance of what each node runs, checked as the rollout's gate checks it, written into the
     status JSON (which the fleet page reads). A status file the playbook did not write is left alone:
     the page says why it has no rows."""
-    from vfleet.paths import home
-    from vfleet.supply import default_store
+    # cryptography and securesystemslib (supply.check, supply.provenance) are the controller's, not the
+    # images': imported where used, so that the CLI starts in an image without them.
     from vfleet.supply.check import fleet_provenance
     from vfleet.supply.provenance import load_public_key
-    from vfleet.supply.store import trusted_key_paths
 
     try:
         rows = json.loads(status_file.read_text())
@@ -256,10 +262,6 @@ def _stage(args: argparse.Namespace) -> int:
     """Push, sign the pushed digests with --sign-key, then stage: each boot-verify summary is signed with
     --sign-key, else VFLEET_SIGN_KEY (the image provenance is signed only with --sign-key: a build that has
     no record in the store, a `docker build` layer, can still be staged). No key is refused before the push."""
-    from vfleet import tinymodel
-    from vfleet.staging import Candidate, stage
-    from vfleet.verify import attestation
-
     fleet = testfleet.load(args.name)
     profile = args.profile or fleet.profile
     if profile != "tiny/cpu":
@@ -284,8 +286,7 @@ def _sign_pushed(args: argparse.Namespace, digest_ref: str) -> None:
     record is found by its image ID, the manifest's config digest; docs/supply-chain.md)."""
     if not args.sign_key:
         return
-    from vfleet.supply import default_store
-    from vfleet.supply.attest import sign_image
+    from vfleet.supply.attest import sign_image  # cryptography: see _add_provenance
 
     print(f"signed {digest_ref}: {sign_image(digest_ref, args.sign_key, args.store or default_store())}")
 
@@ -296,8 +297,6 @@ def _docker_for_test_fleet(args: argparse.Namespace) -> None:
     newcomer's first `make fleet-up` works on a machine where no daemon runs yet. A real inventory's
     nodes are reached over SSH and need no local daemon."""
     if args.fleet_command in ("up", "down", "push", "stage", "show") or getattr(args, "name", None):
-        from vfleet.dockerd import ensure_dockerd
-
         state = ensure_dockerd()
         if state != "running":
             print(f"dockerd: {state}", file=sys.stderr)
@@ -311,8 +310,6 @@ def run(args: argparse.Namespace) -> int:
     if cmd == "up":
         model_dir = args.model_dir
         if model_dir is None and not args.no_model and args.profile == "tiny/cpu":
-            from vfleet import tinymodel
-
             model_dir = tinymodel.build()
         fleet = testfleet.up(args.name, args.nodes, args.profile, model_dir=model_dir, api_key=True)
         print(
@@ -327,7 +324,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"fleet {args.name}: removed {len(removed)} containers")
         return 0
     if cmd in ("push", "stage") and args.sign_key:
-        from vfleet.supply.provenance import load_private_key
+        from vfleet.supply.provenance import load_private_key  # cryptography: see _add_provenance
 
         load_private_key(args.sign_key)  # a bad key fails before the push
     if cmd == "push":

@@ -19,12 +19,19 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from vfleet import images
+from vfleet.dockerd import ensure_dockerd
+from vfleet.images.refs import ImageError
+from vfleet.paths import home, release_dir
 from vfleet.profile_schema import FAMILIES
-
-if TYPE_CHECKING:
-    from vfleet.supply.policy import Rules
+from vfleet.profiles import Catalog
+from vfleet.supply import default_store
+from vfleet.supply import policy as vpolicy
+from vfleet.supply.identity import registry_manifest_digest, split_ref
+from vfleet.supply.policy import Rules
+from vfleet.supply.store import SupplyError, trusted_key_paths
 
 ACTIONS = ("dockerd", "base", "wheels", "standin", "build", "layers", "sign", "verify", "resolve")
 
@@ -80,9 +87,6 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vfleet import images
-    from vfleet.dockerd import ensure_dockerd
-
     if args.action == "build" and args.release:
         if args.base or args.standin:
             raise images.ImageError("--release builds on the pinned base: drop --base/--standin")
@@ -107,15 +111,18 @@ def run(args: argparse.Namespace) -> int:
             if args.family == "cpu":
                 raise images.ImageError("--standin is for the cuda and rocm families; the cpu image has a real base")
             base = images.build_standin()
-        from vfleet.supply import default_store
+        # The supply chain's libraries (securesystemslib, cryptography) are the controller's, not the images':
+        # imported where used, so that `vfleet serve` in an image starts without them.
+        from vfleet.supply.attest import attest_result
         from vfleet.supply.provenance import load_private_key
 
         if args.sign_key:
             load_private_key(args.sign_key)  # a bad key fails before the build, not after it
-        attest = images.Attest(args.store or default_store(), args.sign_key, audit=not args.no_audit)
-        res = images.build_image(args.family, base=base, tag=args.tag, no_cache=args.no_cache, attest=attest)
+        res = images.build_image(args.family, base=base, tag=args.tag, no_cache=args.no_cache)
         print(res.output[-3000:], file=sys.stderr)
-        print(f"built {res.ref} in {res.seconds:.0f} s; supply record {res.record}", file=sys.stderr)
+        # After the build, the image command (not the build) writes its supply-chain record.
+        record = attest_result(res, args.store or default_store(), sign_key=args.sign_key, audit=not args.no_audit)
+        print(f"built {res.ref} in {res.seconds:.0f} s; supply record {record}", file=sys.stderr)
         print(images.layer_report(res.ref))
     elif args.action == "layers":
         if not args.name:
@@ -126,10 +133,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _resolve(args: argparse.Namespace) -> int:
     """The one resolution of a run's image: REF's registry (with docker's login for it) names the digest."""
-    from vfleet.images.refs import ImageError
-    from vfleet.supply.identity import registry_manifest_digest, split_ref
-    from vfleet.supply.store import SupplyError
-
     if not args.name:
         raise ImageError("vfleet image resolve REF: name the image")
     out: dict[str, Any] = {"ref": args.name, "resolved": False, "digest": "", "image": ""}
@@ -145,13 +148,10 @@ def _resolve(args: argparse.Namespace) -> int:
 
 
 def _supply(args: argparse.Namespace) -> int:
-    from vfleet.images.refs import ImageError
-    from vfleet.paths import home, release_dir
-    from vfleet.supply import default_store
+    # cryptography and securesystemslib: see run().
     from vfleet.supply.attest import sign_image
     from vfleet.supply.check import verify
     from vfleet.supply.provenance import load_public_key
-    from vfleet.supply.store import trusted_key_paths
 
     if not args.name:
         raise ImageError(f"vfleet image {args.action} REF: name the image")
@@ -182,9 +182,6 @@ def _supply(args: argparse.Namespace) -> int:
 def vuln_rules(profiles: list[str], policy: Path | None, root: Path, release: Path | None = None) -> Rules:
     """The vulnerability policy of ROOT for the profiles that will run the image: production's if any of
     them is production (or none is named); each name must be a profile of RELEASE (default ROOT)."""
-    from vfleet.profiles import Catalog
-    from vfleet.supply import policy as vpolicy
-
     production = True
     if profiles:
         catalog = Catalog((release or root) / "serve_configs")

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vfleet import tinymodel
+
 
 def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(name, help="build the tiny local model", description=__doc__)
@@ -26,8 +28,6 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vfleet import tinymodel
-
     out = (args.out or tinymodel.default_dir(args.variant)).resolve()
     if tinymodel.is_built(out, args.variant) and not args.force:
         print(f"tiny model already built: {out}")

@@ -22,8 +22,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from vfleet import promotion
 from vfleet.errors import VfleetError
-from vfleet.verify import attestation, promotion, releases
+from vfleet.verify import attestation, releases
 
 
 def _default_registry_text() -> str:

@@ -25,8 +25,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vfleet.detect import detect_host, select
 from vfleet.errors import VfleetError
-from vfleet.profiles import Profile
+from vfleet.paths import profiles_digest
+from vfleet.profiles import Catalog, Profile
+from vfleet.render import PROFILES_DIGEST_ENV
+from vfleet.rules import enforce
+from vfleet.vllm_args import serve_argv, write_config
 
 SECRET_NAMES = ("VLLM_API_KEY", "HF_TOKEN")
 MANIFEST = "vfleet_patch_manifest.json"
@@ -146,8 +151,6 @@ def check_shm(profile: Profile, shm: Path = Path("/dev/shm")) -> str:
 
 
 def check_gpus(profile: Profile) -> str:
-    from vfleet.detect import detect_host
-
     plat = profile.platform
     if plat.gpus == 0:
         return "GPUs: none needed"
@@ -249,9 +252,6 @@ def check_profiles_digest(env: dict[str, str]) -> None:
     """A `docker run` line from `vfleet render` (and so every fleet node) names the serve profiles it
     was rendered from; this copy must be the same, or the node would serve another profile than the
     one the controller checked, rendered and will boot-verify. A line without it is not checked."""
-    from vfleet.paths import profiles_digest
-    from vfleet.render import PROFILES_DIGEST_ENV
-
     want = env.get(PROFILES_DIGEST_ENV, "")
     if not want:
         return
@@ -267,11 +267,6 @@ def check_profiles_digest(env: dict[str, str]) -> None:
 
 def prepare(extra: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str], str]:
     """Everything up to the exec: returns (argv, environment, banner). Raises on any failed check."""
-    from vfleet.detect import select
-    from vfleet.profiles import Catalog
-    from vfleet.rules import enforce
-    from vfleet.vllm_args import serve_argv, write_config
-
     check_profiles_digest(env)
     secrets = load_secrets(env)
     if not env.get("VFLEET_PROFILE") and not env.get("VFLEET_MODEL"):

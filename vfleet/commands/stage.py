@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from vfleet import tinymodel
 from vfleet.errors import VfleetError
 from vfleet.staging import Candidate, stage
 from vfleet.verify import attestation
@@ -54,8 +55,6 @@ def run(args: argparse.Namespace) -> int:
     if model_dir is None:
         if args.profile != "tiny/cpu":
             raise VfleetError(f"--model-dir is required for {args.profile} (the host directory with its weights)")
-        from vfleet import tinymodel
-
         model_dir = tinymodel.build()
     results = stage(
         [Candidate(ref) for ref in args.images],

@@ -26,6 +26,7 @@ from typing import Any
 
 from vfleet.errors import ProfileError, VfleetError
 from vfleet.fleet.ansible import ansible_dir, bin_dir, env, role_file
+from vfleet.profiles import Catalog
 
 #: The test-fleet mark: an inventory group that holds every host of the inventory.
 TEST_FLEET_GROUP = "vfleet_test_fleet"
@@ -203,8 +204,6 @@ def refusals(inv: Inventory, user_extra: dict[str, Any], allow_unsigned: bool = 
 def production_problems(inv: Inventory, user_extra: dict[str, Any]) -> list[str]:
     """Every serve profile of the inventory's nodes must be a production one unless the inventory is a
     test fleet's (issue 21): a profile that is not may excuse the log checks and GPU health."""
-    from vfleet.profiles import Catalog
-
     by_profile: dict[str, list[str]] = {}
     for host in sorted(inv.hosts):
         profile = user_extra.get("vfleet_node_profile", inv.hostvars[host].get("vfleet_node_profile"))

@@ -13,6 +13,7 @@ One module a job; every public name is importable from here:
 """
 
 from vfleet import __version__
+from vfleet.digests import tree_digest
 from vfleet.images.base import (
     BASE_PACKAGES,
     DEBIAN_MIRROR,
@@ -25,14 +26,12 @@ from vfleet.images.base import (
     wheel_requirements,
 )
 from vfleet.images.build import (
-    Attest,
     BuildResult,
     build_image,
     build_labels,
     check_profiles,
     git_revision,
     source_url,
-    tree_digest,
 )
 from vfleet.images.dockerrun import BuildFailed, image_exists
 from vfleet.images.refs import (
@@ -63,7 +62,6 @@ __all__ = [
     "STANDIN_DIR",
     "STANDIN_WHEELS",
     "WHEELS",
-    "Attest",
     "BuildFailed",
     "BuildResult",
     "ImageError",

@@ -3,36 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from vfleet import __version__
+from vfleet.digests import tree_digest
 from vfleet.images.base import build_base, fetch_wheels
 from vfleet.images.dockerrun import _docker_build
 from vfleet.images.refs import FAMILIES, LABEL, ROOT, ImageError, base_ref, gpu_base_ref, image_ref, pinned
 
 # -- labels and the image build -------------------------------------------------------------------
-
-
-def tree_digest(paths: list[Path], root: Path) -> str:
-    """sha256 over (relative path, content) of every file under ``paths``, in sorted order."""
-    h = hashlib.sha256()
-    files: list[Path] = []
-    for p in paths:
-        if p.is_file():
-            files.append(p)
-        elif p.is_dir():
-            files.extend(
-                f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts and not f.name.startswith(".")
-            )
-    for f in sorted(files):
-        h.update(str(f.relative_to(root)).encode() + b"\0")
-        h.update(hashlib.sha256(f.read_bytes()).digest())
-    return "sha256:" + h.hexdigest()
 
 
 def git_revision(root: Path) -> str:
@@ -89,20 +73,17 @@ def build_labels(context: Path) -> dict[str, str]:
 
 @dataclass
 class BuildResult:
+    """A built image, and what went into it: what the supply chain's record of the build names
+    (vfleet.supply.attest.attest_build, which `vfleet image build` calls after the build)."""
+
     ref: str
     seconds: float
     output: str
-    record: Path | None = None  # the supply-chain record (SBOM, provenance), when one was asked for
-
-
-@dataclass(frozen=True)
-class Attest:
-    """After the build, write the image's supply-chain record to STORE (vfleet.supply.attest):
-    the SBOM, the vulnerability report, the Statement, and its signature when SIGN_KEY is given."""
-
-    store: Path
-    sign_key: Path | None = None
-    audit: bool = True
+    family: str
+    context: Path
+    base: str
+    labels: dict[str, str]
+    wheels: Path | None  # the wheels the CPU image installs from; None for the GPU families
 
 
 def build_image(
@@ -111,11 +92,8 @@ def build_image(
     tag: str | None = None,
     context: Path | None = None,
     no_cache: bool = False,
-    attest: Attest | None = None,
 ) -> BuildResult:
     """Build images/Dockerfile.<family> with ``context`` (default: the checkout) and return its output."""
-    import time
-
     if family not in FAMILIES:
         raise ImageError(f"unknown image family {family!r}; choose one of {', '.join(FAMILIES)}")
     ctx = context or ROOT
@@ -146,15 +124,8 @@ def build_image(
     check_profiles(ctx / "serve_configs")
     t0 = time.monotonic()
     out = _docker_build(args)
-    res = BuildResult(ref, time.monotonic() - t0, out)
-    if attest is not None:
-        from vfleet.supply.attest import attest_build
-
-        wheels = ctx / ".cache" / "image-wheels" if family == "cpu" else None
-        res.record = attest_build(
-            ref, family, ctx, base, wheels, attest.store, labels, sign_key=attest.sign_key, audit=attest.audit
-        )
-    return res
+    wheels = ctx / ".cache" / "image-wheels" if family == "cpu" else None
+    return BuildResult(ref, time.monotonic() - t0, out, family, ctx, base, labels, wheels)
 
 
 def check_profiles(serve_configs: Path) -> None:

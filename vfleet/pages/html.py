@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import jinja2
 
+from vfleet import __version__
+
 State = Literal["ok", "unknown", "bad", "info"]
 
 #: worst last: a page's rollup is the worst state of its cells; "info" never counts.
@@ -93,8 +95,6 @@ def environment(templates: dict[str, str]) -> jinja2.Environment:
 
 
 def render(env: jinja2.Environment, name: str, **context: Any) -> str:
-    from vfleet import __version__
-
     return env.get_template(name).render(csp=CSP, css=CSS, generator=__version__, **context)
 
 

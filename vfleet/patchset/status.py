@@ -21,6 +21,7 @@ from vfleet import paths
 from vfleet.errors import VfleetError
 from vfleet.patchset import gitapply
 from vfleet.patchset.apply import Finding, findings, touched
+from vfleet.patchset.fetch import default_dist, tree_dir
 from vfleet.patchset.series import Patch, load_series
 
 #: Environment variable that points a Verified-By test at one release tree (see tests/kernels/trees.py).
@@ -91,8 +92,6 @@ def report(tree: Path, *, run_tests: bool = True) -> list[Row]:
 
 
 def resolve_tree(version: str, tree: Path | None) -> Path:
-    from vfleet.patchset.fetch import default_dist, tree_dir
-
     if tree is not None:
         if not (tree / "vllm").is_dir():
             raise VfleetError(f"{tree}: no vllm/ directory here; --tree must hold an extracted vLLM tree")

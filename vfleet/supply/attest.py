@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vfleet.patchset.fetch import sha256_file as file_sha256
+from vfleet.digests import sha256_file as file_sha256
+from vfleet.images.build import BuildResult
 from vfleet.supply import provenance as prov
 from vfleet.supply.audit import audit_packages
 from vfleet.supply.identity import Identity, resolve
@@ -89,6 +90,14 @@ def attest_build(
     if signer is not None:
         sign_identity(ident, signer, store)
     return final
+
+
+def attest_result(res: BuildResult, store: Path, *, sign_key: Path | None = None, audit: bool = True) -> Path:
+    """The record of a build that just ran (`vfleet image build` calls it after the build): attest_build of
+    what the build says went into it."""
+    return attest_build(
+        res.ref, res.family, res.context, res.base, res.wheels, store, res.labels, sign_key=sign_key, audit=audit
+    )
 
 
 def sign_image(ref: str, key: Path, store: Path) -> Path:

@@ -19,8 +19,12 @@ from typing import Any
 
 from securesystemslib.signer import Key  # type: ignore[attr-defined]
 
+from vfleet import pins
+from vfleet.digests import sha256_file as file_sha256
+from vfleet.digests import tree_digest
 from vfleet.errors import VfleetError
-from vfleet.patchset.fetch import sha256_file as file_sha256
+from vfleet.images.refs import standin_ref
+from vfleet.profiles import Catalog
 from vfleet.supply import policy as vpolicy
 from vfleet.supply import provenance as prov
 from vfleet.supply.identity import Identity, resolve
@@ -182,10 +186,6 @@ def _byproduct_problem(rec: Path, item: dict[str, Any] | None, name: str) -> str
 
 def material_problems(stmt: dict[str, Any], home: Path, *, allow_standin: bool = False) -> list[str]:
     """What in the Statement's materials differs from the checkout HOME (empty: all match)."""
-    from vfleet import pins
-    from vfleet.images.build import tree_digest
-    from vfleet.images.refs import standin_ref
-
     build = stmt.get("predicate", {}).get("buildDefinition", {})
     family = str(build.get("externalParameters", {}).get("family", ""))
     mats = {str(m.get("name")): m for m in build.get("resolvedDependencies", [])}
@@ -307,8 +307,6 @@ def provenance_entry(res: Result, runs: str) -> dict[str, Any]:
 def profile_is_production(name: str, home: Path) -> bool:
     """Whether the profile NAME takes production traffic (its model's fact); a name that does not load (none
     given, '?', a profile this checkout does not have) counts as production: the stricter policy."""
-    from vfleet.profiles import Catalog
-
     try:
         return Catalog(home / "serve_configs").load(name).production if name else True
     except (VfleetError, OSError, ValueError):

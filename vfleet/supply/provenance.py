@@ -28,8 +28,9 @@ from securesystemslib.dsse import Envelope
 # securesystemslib.signer imports these without re-exporting them (no __all__), hence the ignore.
 from securesystemslib.signer import CryptoSigner, Key, SSlibKey  # type: ignore[attr-defined]
 
+from vfleet.digests import sha256_file as file_sha256
+from vfleet.digests import tree_digest
 from vfleet.dockerd import DockerError, docker
-from vfleet.patchset.fetch import sha256_file as file_sha256
 from vfleet.patchset.series import load_series, select, series_sha256
 from vfleet.supply.store import SupplyError, hex_of
 
@@ -69,8 +70,6 @@ def base_material(base: str) -> dict[str, Any]:
 def materials(context: Path, family: str, base: str, wheels: Path | None) -> list[dict[str, Any]]:
     """The materials of a build of FAMILY from CONTEXT on BASE (wheels: the directory the CPU image installs
     from; None for the GPU families, whose vLLM comes in the base)."""
-    from vfleet.images.build import tree_digest
-
     out = [base_material(base)]
     if wheels is not None:
         files = sorted(wheels.glob("*.whl"))

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from vfleet.errors import VfleetError
+from vfleet.paths import reports_dir
 
 SBOM = "sbom.cdx.json"
 VULNS = "vulns.json"
@@ -31,8 +32,6 @@ def default_store() -> Path:
     env = os.environ.get("VFLEET_SUPPLY_STORE")
     if env:
         return Path(env).expanduser().resolve()
-    from vfleet.paths import reports_dir
-
     return reports_dir() / "supply"
 
 

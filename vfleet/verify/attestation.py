@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from vfleet import __version__
 from vfleet.errors import VfleetError
+from vfleet.paths import profiles_digest as checkout_profiles
 from vfleet.supply.store import TRUSTED_KEYS_ENV, SupplyError, hex_of, trusted_key_paths
 from vfleet.verify.image import split_ref
 from vfleet.verify.model import Report, verdict_problems
@@ -71,6 +72,8 @@ def sign_key_path(given: Path | None) -> Path | None:
 
 def load_signer(path: Path) -> CryptoSigner:
     """The signer of the private key at PATH; SupplyError naming the file when it is not an ed25519 key."""
+    # cryptography and securesystemslib (supply.provenance) are the controller's, not the images': imported
+    # where used, so that the CLI starts in an image without them.
     from vfleet.supply.provenance import load_private_key
 
     return load_private_key(path)
@@ -82,7 +85,7 @@ def load_trusted(given: list[Path]) -> list[Key]:
     paths = trusted_key_paths(given)
     if not paths:
         return []
-    from vfleet.supply.provenance import load_public_key
+    from vfleet.supply.provenance import load_public_key  # cryptography: see load_signer
 
     return [load_public_key(p) for p in paths]
 
@@ -152,8 +155,7 @@ def write(
     """Sign the report OUT/report.json (``rep``, as written) and write OUT/verification.dsse.json; returns
     its path. ``profiles_digest``: the checkout's (default vfleet.paths.profiles_digest()); ``now``: the
     time verified (default: now)."""
-    from vfleet.paths import profiles_digest as checkout_profiles
-    from vfleet.supply.provenance import sign
+    from vfleet.supply.provenance import sign  # cryptography: see load_signer
 
     report = out / "report.json"
     stmt = statement(rep, file_sha256(report), profiles_digest or checkout_profiles(), now or dt.datetime.now(dt.UTC))
@@ -186,7 +188,7 @@ def check(
             f"with the signing key ({NO_SIGN_KEY})"
         ]
     try:
-        from vfleet.supply.provenance import open_envelope
+        from vfleet.supply.provenance import open_envelope  # cryptography: see load_signer
 
         stmt, _ = open_envelope(json.loads(path.read_text()), keys)
     except (OSError, ValueError, SupplyError) as exc:

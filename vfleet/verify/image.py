@@ -22,6 +22,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vfleet.errors import VfleetError
+from vfleet.supply.identity import no_registry_message, registry_manifest_digest
+from vfleet.supply.identity import split_ref as split_registry_ref
+from vfleet.supply.store import SupplyError
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
@@ -230,10 +233,6 @@ def registry_digest(ref: str) -> str:
     docker's login for it: vfleet.supply.registry), the same answer the supply-chain gate and a rollout's
     plan get. Not this host's RepoDigests: they say what the tag was when this host last pulled it.
     A reference with no registry part, or a registry that does not answer, is a VfleetError."""
-    from vfleet.supply.identity import no_registry_message, registry_manifest_digest
-    from vfleet.supply.identity import split_ref as split_registry_ref
-    from vfleet.supply.store import SupplyError
-
     if DIGEST_RE.match(ref):
         raise VfleetError(
             f"{ref}: a bare sha256 is ambiguous (a local image ID is not a registry digest); promote REPO@sha256:DIGEST"

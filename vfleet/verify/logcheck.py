@@ -23,8 +23,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from vfleet.profiles import Verify
 from vfleet.verify.logallow import (
     ALLOW,
     CLIENT_ERRORINFO_RE,
@@ -72,10 +73,6 @@ from vfleet.verify.logparse import (
 )
 from vfleet.verify.logrequests import access
 from vfleet.verify.logrules import FAMILY_IDS, line_families
-
-if TYPE_CHECKING:
-    # Only for annotations: vfleet.profiles imports vfleet.verify.checks, which reads this module's registry.
-    from vfleet.profiles import Verify
 
 #: The names this module has always offered, the parts' included.
 __all__ = [
@@ -340,9 +337,9 @@ def check_autofit(log: str | ParsedLog) -> Finding:
 
 # ---------------------------------------------------------------------------------------------------
 # The registry: every log check, once. all_checks runs it in this order, smoke_tests/test_6_log.py is
-# parametrized by it (one test_log[NAME] per entry), and vfleet.verify.checks derives LOG_CHECKS (the
-# ids `verify.not_applicable` accepts) from it. Adding a check is one entry here (docs/boot-verify.md,
-# "Adding a log check").
+# parametrized by it (one test_log[NAME] per entry), and vfleet.checkids.LOG_CHECKS (the ids
+# `verify.not_applicable` accepts) names its entries in order (tests/unit/test_verify_checks.py). Adding a
+# check is one entry here and its name there (docs/boot-verify.md, "Adding a log check").
 # ---------------------------------------------------------------------------------------------------
 
 

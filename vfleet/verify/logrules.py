@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from vfleet.paths import home
+
 IC = re.IGNORECASE
 
 
@@ -272,8 +274,6 @@ def docs_with_table(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-
-    from vfleet.paths import home
 
     p = argparse.ArgumentParser(prog="python -m vfleet.verify.logrules", description="the fault families as data")
     p.add_argument("--docs", action="store_true", help=f"rewrite the families table in {DOCS} from FAMILIES")

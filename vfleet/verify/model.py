@@ -35,7 +35,7 @@ class CheckResult(_Strict):
     """One check (a pytest test of smoke_tests/) as the suite reported it."""
 
     id: str  # the pytest node id, e.g. test_1_endpoints.py::test_health
-    name: str  # the check id (vfleet.verify.checks), e.g. test_health
+    name: str  # the check id (vfleet.checkids), e.g. test_health
     file: str
     outcome: Outcome
     message: str

@@ -27,6 +27,7 @@ import os
 import shutil
 from pathlib import Path
 
+from vfleet.digests import tree_digest
 from vfleet.errors import VfleetError
 from vfleet.paths import release_dir, serve_configs_dir
 
@@ -49,8 +50,6 @@ def _image_dir(registry: Path, digest: str) -> Path:
 
 
 def _digests(root: Path) -> dict[str, str]:
-    from vfleet.images.build import tree_digest
-
     return {part: tree_digest([root / part], root) for part in PARTS if (root / part).exists()}
 
 

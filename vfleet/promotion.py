@@ -12,6 +12,9 @@ is recomputed from its checks under the profile's not-applicable declarations, a
 it must be signed by a trusted key, name this digest, this profile and this checkout's serve-profiles
 digest, carry report.json's sha256, and be younger than the profile's verify.report_max_age_days. The
 registry is no proof either: `promote --check` runs the same gate again on the report a line names.
+
+It weighs both boot-verify (vfleet.verify) and the A/B (vfleet.ab), so it sits above both, at the top of the
+judge floor (docs/architecture.md).
 """
 
 from __future__ import annotations
