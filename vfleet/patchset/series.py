@@ -8,7 +8,7 @@ Each base in versions.json names its series file in patches/ (`patches/series` f
 comment. A patch's `Bases:` header names the bases its diff is written for; the checker requires every
 series to list only patches written for its base, and every patch to be listed by each base it names.
 A patch is one file however many bases take it; a fix ported to another base is a second file that keeps
-the fix's number (`0004-...patch` and `0004-...-0.34.0.patch`).
+the fix's number (`0004-...patch` and `0004-...-<version>.patch`).
 `patches/upstream.yaml` records fixes the base already contains (not patches, but verified by a test).
 """
 
@@ -150,7 +150,7 @@ def load_patch(path: Path) -> Patch:
     bases = [b.strip() for b in headers["Bases"].split(",") if b.strip()]
     if not bases or any(not re.fullmatch(r"\d+\.\d+\.\d+", b) for b in bases):
         raise PatchError(
-            f"{path.name}: Bases must list the vLLM versions its diff is written for, e.g. 0.30.0, "
+            f"{path.name}: Bases must list the vLLM versions its diff is written for, X.Y.Z, "
             f"got {headers['Bases']!r}"
         )
     status = headers["Upstream-Status"].split()[0]
