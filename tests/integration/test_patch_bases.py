@@ -160,3 +160,22 @@ def test_a_patch_that_would_need_fuzz_fails_the_base(other_tree: Path, tmp_path:
     assert f"{name}: vllm/v1/kv_cache_interface.py hunk #1" in proc.stderr and "no fuzz" in proc.stderr, proc.stderr
     assert (tree / "vllm/v1/kv_cache_interface.py").read_bytes() == before
     assert not (tree / apply_mod.MANIFEST).exists()
+
+
+def test_an_upstream_entry_that_a_base_still_patches_is_refused(home: Path) -> None:
+    up = home / "patches" / "upstream.yaml"
+    up.write_text(up.read_text().replace("bases: [0.34.0]\n", "bases: [0.34.0, 9.9.9]\n", 1))
+    up.write_text(
+        up.read_text()
+        + f"""  - name: 0004-glm5next-seed-kernel-tail-block-guard
+    subject: x
+    origin: x
+    applied_upstream: x
+    bases: [{OTHER}]
+    verified_by: tests/kernels/test_kpool_seed_kernel.py::test_seed_skips_out_of_range_tail_block
+"""
+    )
+    problems = check_series(home / "patches")
+    want = f"upstream.yaml: 0004-glm5next-seed-kernel-tail-block-guard: recorded as upstream in vLLM {OTHER}, "
+    assert want + f"but series-{OTHER} carries {PORT}" in problems, problems
+    assert any("bases names vLLM 9.9.9, which is not a base" in p for p in problems), problems

@@ -150,8 +150,7 @@ def load_patch(path: Path) -> Patch:
     bases = [b.strip() for b in headers["Bases"].split(",") if b.strip()]
     if not bases or any(not re.fullmatch(r"\d+\.\d+\.\d+", b) for b in bases):
         raise PatchError(
-            f"{path.name}: Bases must list the vLLM versions its diff is written for, X.Y.Z, "
-            f"got {headers['Bases']!r}"
+            f"{path.name}: Bases must list the vLLM versions its diff is written for, X.Y.Z, got {headers['Bases']!r}"
         )
     status = headers["Upstream-Status"].split()[0]
     if status not in UPSTREAM_STATUSES:
@@ -307,7 +306,26 @@ def check_series(pdir: Path | None = None) -> list[str]:
             continue
         problems.append(f"{f.name} is in {pdir} but not listed in any series (add it to a base's series or remove it)")
     try:
-        load_upstream(pdir)
+        upstream = load_upstream(pdir)
     except PatchError as exc:
         problems.append(str(exc))
+        upstream = []
+    for e in upstream:
+        for b in e.get("bases") or []:
+            b = str(b)
+            if b not in files:
+                problems.append(
+                    f"upstream.yaml: {e['name']}: bases names vLLM {b}, which is not a base in versions.json"
+                )
+                continue
+            fix = str(e["name"]).split("-", 1)[0]
+            carried = [n for n in listed_by if version_lists(listed_by, n, b) and n.split("-", 1)[0] == fix]
+            if fix.isdigit() and carried:
+                problems.append(
+                    f"upstream.yaml: {e['name']}: recorded as upstream in vLLM {b}, but {files[b]} carries {carried[0]}"
+                )
     return problems
+
+
+def version_lists(listed_by: dict[str, set[str]], name: str, base: str) -> bool:
+    return base in listed_by.get(name, set())
