@@ -22,12 +22,12 @@ from conftest import REPO
 
 from vfleet.patchset import apply as apply_mod
 from vfleet.patchset import gitapply
-from vfleet.patchset.series import PatchError, check_series, load_patch
+from vfleet.patchset.series import PatchError, check_series, load_patch, series_files
 from vfleet.paths import versions
 
 PINNED = versions()["vllm"]["version"]
 NAME = "0001-edge.patch"
-HEADERS = b"""Subject: an edge case of the patch engine
+HEADERS = f"""Subject: an edge case of the patch engine
 Origin: tests/integration/test_patch_git_engine.py
 Upstream-Status: Inappropriate (a test fixture)
 Applied-Upstream: none
@@ -35,9 +35,10 @@ Platforms: cpu
 Models: none
 Why: the engine must refuse or apply this exactly as git does
 Verified-By: tests/integration/test_patch_git_engine.py::test_fixture
+Bases: {PINNED}
 Remove-When: never
 
-"""
+""".encode()
 
 LINES = b"a\nb\nc\nd\ne\nf\ng\nh\n"
 
@@ -62,6 +63,8 @@ def home_with(tmp_path: Path, diff: bytes) -> Path:
     (home / "serve_configs").symlink_to(REPO / "serve_configs")
     shutil.copy2(REPO / "versions.json", home / "versions.json")
     shutil.copy2(REPO / "patches" / "upstream.yaml", home / "patches" / "upstream.yaml")
+    for other in series_files(REPO / "patches").values():  # the other bases take no patch here
+        (home / "patches" / other).write_text("")
     (home / "patches" / "series").write_text(NAME + "\n")
     (home / "patches" / NAME).write_bytes(HEADERS + diff)
     return home
@@ -218,7 +221,10 @@ def test_the_checker_cli_names_a_refused_section(tmp_path: Path) -> None:
     [
         (b"--- a/vllm/m.py\n@@ -1 +1 @@\n-a\n+b\n", "patch fragment without header at line"),
         (b"--- a/vllm/m.py\n+++ b/vllm/m.py\n@@ -1,2 +1,2 @@\n-a\n+b\n", "m.py hunk #1 (@@ -1,2 +1,2 @@) is corrupted"),
-        (b"--- a/vllm/m.py\n+++ b/vllm/m.py\n@@ -1 +1 @@\n?a\n+b\n", "corrupt patch at line 14"),
+        (
+            b"--- a/vllm/m.py\n+++ b/vllm/m.py\n@@ -1 +1 @@\n?a\n+b\n",
+            f"corrupt patch at line {len(HEADERS.splitlines()) + 4}",
+        ),  # the ? line, after the headers
         (b"--- a/vllm/m.py\n+++ b/vllm/m.py\n@@ one @@\n", "No valid patches in input"),
         (b"--- vllm/m.py\n+++ vllm/m.py\n@@ -1 +1 @@\n-a\n+b\n", "m.py: a patch changes files under vllm/ only"),
         (b"--- a/../m.py\n+++ b/../m.py\n@@ -1 +1 @@\n-a\n+b\n", "../m.py: a patch changes files under vllm/ only"),

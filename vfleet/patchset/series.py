@@ -1,22 +1,28 @@
-"""The patch series: `patches/series`, one header-carrying patch file per fix, and the checker.
+"""The patch series of each vLLM base, one header-carrying patch file per fix, and the checker.
 
 A patch file is a block of `Key: value` headers (continuation lines start with whitespace), a blank
 line, free text, then a git-style unified diff (`--- a/vllm/...`, `+++ b/vllm/...`) against the root of
 a site-packages directory. git reads the diff (vfleet.patchset.gitapply); the headers are ours.
-`patches/series` lists the patch files in apply order, `#` starts a comment.
+Each base in versions.json names its series file in patches/ (`patches/series` for the default base,
+`patches/series-<version>` for another), which lists the patch files in apply order, `#` starts a
+comment. A patch's `Bases:` header names the bases its diff is written for; the checker requires every
+series to list only patches written for its base, and every patch to be listed by each base it names.
+A patch is one file however many bases take it; a fix ported to another base is a second file that keeps
+the fix's number (`0004-...patch` and `0004-...-<version>.patch`).
 `patches/upstream.yaml` records fixes the base already contains (not patches, but verified by a test).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from vfleet import paths
+from vfleet import paths, pins
 from vfleet.errors import VfleetError
 from vfleet.patchset import gitapply
 from vfleet.profile_schema import FAMILIES
@@ -26,6 +32,7 @@ REQUIRED_HEADERS = (
     "Origin",
     "Upstream-Status",
     "Applied-Upstream",
+    "Bases",
     "Platforms",
     "Models",
     "Why",
@@ -53,6 +60,15 @@ class Patch:
     @property
     def platforms(self) -> tuple[str, ...]:
         return tuple(p.strip() for p in self.headers["Platforms"].split(",") if p.strip())
+
+    @property
+    def bases(self) -> tuple[str, ...]:
+        return tuple(b.strip() for b in self.headers["Bases"].split(",") if b.strip())
+
+    @property
+    def fix(self) -> str:
+        """The fix's number (the name's leading digits): a port of a fix to another base keeps it."""
+        return self.name.split("-", 1)[0]
 
     @property
     def upstream_status(self) -> str:
@@ -131,6 +147,11 @@ def load_patch(path: Path) -> Patch:
         raise PatchError(
             f"{path.name}: Platforms must list some of {', '.join(PLATFORMS)}, got {headers['Platforms']!r}"
         )
+    bases = [b.strip() for b in headers["Bases"].split(",") if b.strip()]
+    if not bases or any(not re.fullmatch(r"\d+\.\d+\.\d+", b) for b in bases):
+        raise PatchError(
+            f"{path.name}: Bases must list the vLLM versions its diff is written for, X.Y.Z, got {headers['Bases']!r}"
+        )
     status = headers["Upstream-Status"].split()[0]
     if status not in UPSTREAM_STATUSES:
         raise PatchError(
@@ -142,8 +163,8 @@ def load_patch(path: Path) -> Patch:
     return Patch(path.name, path, headers, tuple(files), hashlib.sha256(raw).hexdigest())
 
 
-def read_series(pdir: Path) -> list[str]:
-    series = pdir / "series"
+def read_series(pdir: Path, name: str = "series") -> list[str]:
+    series = pdir / name
     try:
         text = series.read_text()
     except OSError as exc:
@@ -156,13 +177,41 @@ def read_series(pdir: Path) -> list[str]:
     return names
 
 
-def load_series(pdir: Path | None = None) -> list[Patch]:
-    """Every patch in series order. Raises PatchError on the first problem (run `check` for all)."""
+def _pins(pdir: Path) -> tuple[pins.Pins, str]:
+    """The pins a patches dir goes with: the versions.json beside it, else the vfleet home's."""
+    beside = pdir.parent / "versions.json"
+    path = beside if beside.is_file() else paths.release_dir() / "versions.json"
+    return pins.load(path), str(path)
+
+
+def series_files(pdir: Path | None = None) -> dict[str, str]:
+    """base version -> its series file's name in pdir, from versions.json."""
     pdir = pdir or patches_dir()
+    pinned, source = _pins(pdir)
+    out: dict[str, str] = {}
+    for version, b in pinned.bases.items():
+        rel = Path(b.series)
+        if rel.parent != Path("patches") or not rel.name.startswith("series"):
+            raise PatchError(f"{source}: bases.{version}.series is {b.series!r}: a series file is patches/series*")
+        out[version] = rel.name
+    return out
+
+
+def base_version(base: str | None = None, pdir: Path | None = None) -> str:
+    """BASE checked against versions.json (default: the default base); an unknown one names the file."""
+    pinned, source = _pins(pdir or patches_dir())
+    return pinned.base(base, source=source).version
+
+
+def load_series(pdir: Path | None = None, base: str | None = None) -> list[Patch]:
+    """Every patch of BASE's series (default: the default base) in series order. Raises PatchError on
+    the first problem of any base's series (run `check` for all)."""
+    pdir = pdir or patches_dir()
+    version = base_version(base, pdir)
     problems = check_series(pdir)
     if problems:
         raise PatchError(f"{pdir}: the patch series is broken: " + "; ".join(problems))
-    return [load_patch(pdir / name) for name in read_series(pdir)]
+    return [load_patch(pdir / name) for name in read_series(pdir, series_files(pdir)[version])]
 
 
 def select(patches: list[Patch], platform: str) -> list[Patch]:
@@ -195,32 +244,88 @@ def load_upstream(pdir: Path | None = None) -> list[dict[str, Any]]:
 
 
 def check_series(pdir: Path | None = None) -> list[str]:
-    """The series checker: every problem found, as one line each (empty list: the series is good)."""
+    """The series checker, over every base's series: every problem found, as one line each (empty
+    list: the series are good)."""
     pdir = pdir or patches_dir()
     problems: list[str] = []
     try:
-        names = read_series(pdir)
-    except PatchError as exc:
+        files = series_files(pdir)
+    except VfleetError as exc:
         return [str(exc)]
-    seen: set[str] = set()
-    for name in names:
-        if name in seen:
-            problems.append(f"series lists {name} more than once")
-            continue
-        seen.add(name)
-        if "/" in name or not (pdir / name).is_file():
-            problems.append(f"series lists {name}, which is not a file in {pdir}")
-            continue
+    loaded: dict[str, Patch | None] = {}
+    listed_by: dict[str, set[str]] = {}
+    for version, series_name in files.items():
+        where = f"{series_name} (the series of vLLM {version}, versions.json bases.{version}.series)"
         try:
-            load_patch(pdir / name)
+            names = read_series(pdir, series_name)
         except PatchError as exc:
             problems.append(str(exc))
-    for f in sorted(pdir.iterdir()):
-        if f.name in NON_PATCH_FILES or f.name in seen:
             continue
-        problems.append(f"{f.name} is in {pdir} but not listed in series (add it to series or remove it)")
+        seen: set[str] = set()
+        fixes: dict[str, str] = {}
+        for name in names:
+            if name in seen:
+                problems.append(f"{where}: lists {name} more than once")
+                continue
+            seen.add(name)
+            if "/" in name or not (pdir / name).is_file():
+                problems.append(f"{where}: lists {name}, which is not a file in {pdir}")
+                continue
+            if name not in loaded:
+                try:
+                    loaded[name] = load_patch(pdir / name)
+                except PatchError as exc:
+                    loaded[name] = None
+                    problems.append(str(exc))
+            patch = loaded[name]
+            listed_by.setdefault(name, set()).add(version)
+            if patch is None:
+                continue
+            if version not in patch.bases:
+                problems.append(
+                    f"{where}: lists {name}, which is not written for vLLM {version} "
+                    f"(its Bases: {patch.headers['Bases']}); list the patch written for {version} instead"
+                )
+            if patch.fix in fixes:
+                problems.append(f"{where}: lists two patches of fix {patch.fix}: {fixes[patch.fix]} and {name}")
+            fixes.setdefault(patch.fix, name)
+    for name, patch in loaded.items():
+        if patch is None:
+            continue
+        for b in patch.bases:
+            if b not in files:
+                problems.append(f"{name}: Bases names vLLM {b}, which is not a base in versions.json")
+            elif b not in listed_by.get(name, set()):
+                problems.append(
+                    f"{name}: Bases names vLLM {b}, but {files[b]} does not list it (list it there, or drop {b} "
+                    "from its Bases)"
+                )
+    non_patch = set(NON_PATCH_FILES) | set(files.values())
+    for f in sorted(pdir.iterdir()):
+        if f.name in non_patch or f.name in loaded:
+            continue
+        problems.append(f"{f.name} is in {pdir} but not listed in any series (add it to a base's series or remove it)")
     try:
-        load_upstream(pdir)
+        upstream = load_upstream(pdir)
     except PatchError as exc:
         problems.append(str(exc))
+        upstream = []
+    for e in upstream:
+        for b in e.get("bases") or []:
+            b = str(b)
+            if b not in files:
+                problems.append(
+                    f"upstream.yaml: {e['name']}: bases names vLLM {b}, which is not a base in versions.json"
+                )
+                continue
+            fix = str(e["name"]).split("-", 1)[0]
+            carried = [n for n in listed_by if version_lists(listed_by, n, b) and n.split("-", 1)[0] == fix]
+            if fix.isdigit() and carried:
+                problems.append(
+                    f"upstream.yaml: {e['name']}: recorded as upstream in vLLM {b}, but {files[b]} carries {carried[0]}"
+                )
     return problems
+
+
+def version_lists(listed_by: dict[str, set[str]], name: str, base: str) -> bool:
+    return base in listed_by.get(name, set())
