@@ -83,7 +83,8 @@ prepare() {
   tar -C "$d" -cf "$d/wheels.tar" whl
   cat "$d/wheels.tar" "$d/vllm-tree.tar.xz" >"$d/all.bin"
   echo "$(stat -c %s "$d/wheels.tar")" >"$d/wheels.size"
-  split -b 60m -d -a 1 "$d/all.bin" "$d/part"
+  # 57 MiB: a part travels with the working tree (about 4 MiB), within the 64 MiB a call carries
+  split -b 57m -d -a 1 "$d/all.bin" "$d/part"
   for f in "$d"/part*; do i=$((${f##*part} + 1)); mkdir -p ".cache/h200v/p$i"; mv "$f" ".cache/h200v/p$i/"; done
   cp "$d/wheels.size" .cache/h200v/p1/
   ls -la .cache/h200v/*
