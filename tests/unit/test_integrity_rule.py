@@ -54,7 +54,7 @@ def _flip(a: Answer, position: int) -> Answer:
     top = b.top[position]
     first, second = sorted(top, key=lambda t: -top[t])[:2]
     top[first], top[second] = top[second], top[first]
-    b.token_ids = b.token_ids[:position] + [second] + b.token_ids[position + 1 :]
+    b.token_ids = [*b.token_ids[:position], second, *b.token_ids[position + 1 :]]
     return b
 
 
