@@ -344,19 +344,20 @@ class IntegrityResult:
     hit_source: str = ""
     hits: list[dict[str, Any]] = field(default_factory=list)
     mismatches: list[dict[str, Any]] = field(default_factory=list)
-    #: the noise rule (judge_probe): its parameters, the probe's floor and allowance
-    noise_factor: float = 0.0
-    noise_bound: float = 0.0
-    noise_floor: float = 0.0
-    allowance: float = 0.0
+    #: the noise rule (judge_probe): its parameters, the probe's floor and allowance. None in a report
+    #: written before the rule (such a report keeps these keys out: vfleet.verify.model)
+    noise_factor: float | None = None
+    noise_bound: float | None = None
+    noise_floor: float | None = None
+    allowance: float | None = None
     #: confirmation rounds the probe took (each: one more salted pair for every departing question)
-    noise_rounds: int = 0
-    #: per question: verdict, its salted pair's gap (noise), the floor, the gap to the nearer salted answer
-    questions_judged: list[dict[str, Any]] = field(default_factory=list)
-    #: questions whose salted pair differed beyond noise_bound (not judged)
-    too_noisy: list[dict[str, Any]] = field(default_factory=list)
+    noise_rounds: int | None = None
+    #: per question: verdict, its salted answers' gap (noise), the gap to the nearest salted answer
+    questions_judged: list[dict[str, Any]] | None = None
+    #: questions whose salted answers differed beyond noise_bound (not judged)
+    too_noisy: list[dict[str, Any]] | None = None
     #: raw answers per question (cached, salted: token ids and top logprobs)
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -382,27 +383,29 @@ class IntegrityResult:
         return [describe_mismatch(m, self.logprob_tolerance) for m in self.mismatches]
 
     def too_noisy_lines(self) -> list[str]:
-        return [describe_too_noisy(q, self.noise_bound) for q in self.too_noisy]
+        return [describe_too_noisy(q, self.noise_bound or 0.0) for q in self.too_noisy or []]
 
     def judgement_problems(self, production: bool) -> list[str]:
         """Why the probe's answers fail the gate (empty: they pass). A question too noisy to judge fails a
         production profile (the gate fails closed: what it could not judge is no pass); a profile that is
         not production passes on the questions it could judge, and fails when it could judge none."""
         out: list[str] = []
-        if self.too_noisy and (production or len(self.too_noisy) >= self.questions):
+        too_noisy = self.too_noisy or []
+        if too_noisy and (production or len(too_noisy) >= self.questions):
             why = "which fails a production profile" if production else "so no question could be judged"
             out.append(
-                f"{len(self.too_noisy)} of {self.questions} questions are too noisy to judge ({why}): "
+                f"{len(too_noisy)} of {self.questions} questions are too noisy to judge ({why}): "
                 + " | ".join(self.too_noisy_lines())
                 + f". Expected the two cache_salt answers of a question to agree within integrity.noise_bound "
-                f"{self.noise_bound:g} nats; verify the node out of the pool (no client traffic beside the probe) "
-                "or serve it with VLLM_BATCH_INVARIANT=1"
+                f"{self.noise_bound or 0.0:g} nats; verify the node out of the pool (no client traffic beside the "
+                "probe) or serve it with VLLM_BATCH_INVARIANT=1"
             )
         if self.mismatches:
             out.append(
                 f"expected each cached answer to stay within the noise of its two cache_salt answers (token ids, "
-                f"and logprobs of the top {self.top_logprobs} alternatives within {self.noise_factor:g} x the noise "
-                f"floor {self.noise_floor:.3g} + tolerance {self.logprob_tolerance:g} = {self.allowance:.3g} nats) "
+                f"and logprobs of the top {self.top_logprobs} alternatives within {self.noise_factor or 0.0:g} x the "
+                f"noise floor {self.noise_floor or 0.0:.3g} + tolerance {self.logprob_tolerance:g} = "
+                f"{self.allowance or 0.0:.3g} nats) "
                 f"after {self.fillers} fillers cycled the {self.num_gpu_blocks}-block pool {self.pool_cycles}x; "
                 f"{len(self.mismatches)} of {self.questions} differ: " + " | ".join(self.mismatch_lines())
             )
