@@ -124,9 +124,9 @@ class IntegritySpec(Strict):
         default=4,
         ge=0,
         description=(
-            "confirmation rounds: a question whose cached answer departs beyond the allowance gets another cache_salt "
-            "pair, up to this many times, and the noise floor is measured again (one pair shows the noise only about "
-            "half the time under traffic; docs/boot-verify.md)"
+            "confirmation rounds: while a cached answer departs beyond the allowance, every question gets another "
+            "cache_salt pair, up to this many times, and the noise floor is measured again (under traffic one pair "
+            "showed the noise only about half the time; docs/boot-verify.md)"
         ),
     )
     noise_bound: float = Field(

@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 
 from vfleet.profile_schema import IntegritySpec
-from vfleet.verify.cacheprobe import Answer, IntegrityResult, answer_from_record, judge_probe
+from vfleet.verify.cacheprobe import (
+    Answer,
+    IntegrityResult,
+    answer_from_record,
+    compare_answers,
+    judge_probe,
+    judge_with_rounds,
+)
 
 H200 = Path(__file__).resolve().parents[1] / "fixtures" / "h200-probe"
 SPEC = IntegritySpec()
@@ -59,7 +66,7 @@ def _flip(a: Answer, position: int) -> Answer:
 
 
 def test_the_fixtures_hold_h200_runs() -> None:
-    for name in ("graph-c0-pool512.json", "graph-c4-pool512.json", "graph-c16-pool512.json", "bi-c16-pool512.json"):
+    for name in ("graph-c0-pool512.json", "graph-c4-pool512.json", "graph-c4.json", "graph-c16.json", "bi-c16.json"):
         probes = _load(name)
         assert len(probes) >= 10 and sum(len(p) for p in probes) >= 30, name
         assert all(len(s) >= 2 for p in probes for _, s in p), name
@@ -85,29 +92,39 @@ def test_idle_gpu_rule_is_as_strict_as_tolerance_zero() -> None:
 
 
 def test_batch_invariant_server_under_traffic_has_no_noise() -> None:
-    probes = _load("bi-c16-pool512.json")
+    probes = _load("bi-c16.json")
     assert all(_judge(p)["floor"] == 0.0 for p in probes)
     assert set(_verdicts(probes)) == {"ok"}
 
 
-@pytest.mark.parametrize("name", ["graph-c4-pool512.json", "graph-c16-pool512.json"])
-def test_traffic_noise_is_seen_and_a_floor_explains_the_clean_gap(name: str) -> None:
-    """Under client traffic the clean gaps are bf16 steps of the logits (1 to 3 x 2**-6 nats). Every probe
-    whose salted pairs showed noise passes; the ones that fail saw no noise in any pair (floor 0), which is
-    why the probe asks such a question again (noise_rounds) instead of judging on one pair."""
+@pytest.mark.parametrize("name", ["graph-c4.json", "graph-c16.json"])
+def test_clean_questions_under_traffic_pass(name: str) -> None:
+    """The H200 under 4 and 16 client streams: clean gaps of one to three bf16 steps of the logits
+    (2**-6 nats each), every question within its probe's allowance, no false alarm."""
     probes = _load(name)
-    gaps = [q["max_gap"] for p in probes for q in _judge(p)["questions"]]
-    assert max(gaps) < 4 * 2**-6
+    assert sum(1 for p in probes for q in _judge(p)["questions"] if q["max_gap"] > 0) >= 10
+    assert max(q["max_gap"] for p in probes for q in _judge(p)["questions"]) < 4 * 2**-6
+    assert set(_verdicts(probes)) == {"ok"}
+    # The single-reference rule at tolerance 0 fails these same probes.
+    old = [not compare_answers(cached, salted[0], 0.0)["ok"] for p in probes for cached, salted in p]
+    assert sum(old) >= 10
+
+
+def test_one_pair_can_miss_the_noise_so_a_departing_question_is_asked_again() -> None:
+    """Recorded under 4 streams (512-block pool): in 2 of 12 probes no salted pair showed any noise while
+    cached answers departed by a bf16 step or three. Judged on the first pairs alone, those questions fail;
+    the probe then asks them again (judge_with_rounds, below)."""
+    probes = _load("graph-c4-pool512.json")
+    zero_floor = [p for p in probes if _judge(p)["floor"] == 0.0]
+    failing = [q for p in zero_floor for q in _judge(p)["questions"] if q["verdict"] == "mismatch"]
+    assert len(zero_floor) == 2 and len(failing) == 3
+    assert all(q["max_gap"] <= 3 * 2**-6 + 1e-3 for q in failing)
     for p in probes:
-        j = _judge(p)
-        failed = [q for q in j["questions"] if q["verdict"] != "ok"]
-        if j["floor"] > 0:
-            assert not failed, j
-        else:
-            assert all(q["verdict"] == "mismatch" for q in failed)
+        if _judge(p)["floor"] > 0:
+            assert {q["verdict"] for q in _judge(p)["questions"]} == {"ok"}
 
 
-@pytest.mark.parametrize("name", ["graph-c4-pool512.json", "graph-c16-pool512.json"])
+@pytest.mark.parametrize("name", ["graph-c4-pool512.json", "graph-c4.json", "graph-c16.json"])
 def test_traffic_noise_does_not_hide_a_real_corruption(name: str) -> None:
     """A corruption larger than the allowance (2 x floor; the floor here at most 3 bf16 steps) is caught
     in every recorded question, as is a flip whose margin the noise cannot explain."""
@@ -186,3 +203,32 @@ def test_a_salted_pair_beyond_the_bound_is_too_noisy_and_fails_a_production_prof
 def test_one_salted_answer_is_refused() -> None:
     with pytest.raises(ValueError, match="at least two salted answers"):
         _judge([(_ans([1], [{1: -0.1}]), [_ans([1], [{1: -0.1}])])])
+
+
+def _step(a: Answer, steps: int) -> Answer:
+    return _shift(a, 0, steps * 2**-6)
+
+
+def test_confirmation_rounds_find_the_noise_a_first_pair_missed() -> None:
+    """A first salted pair that happened to agree (floor 0) while the cached answer is one bf16 step off:
+    the next pair shows two steps of noise, and the question passes on the measured floor."""
+    base = _load("graph-c0-pool512.json")[0][0][1][0]
+    asked = [(_step(base, 1), [base, copy.deepcopy(base)])]
+    extra = iter([[base, _step(base, 2)]])
+    judged, rounds = judge_with_rounds(asked, SPEC, lambda i, r: next(extra))
+    assert rounds == 1 and judged["questions"][0]["verdict"] == "ok" and judged["floor"] == pytest.approx(2**-5)
+    assert len(asked[0][1]) == 4
+
+
+def test_confirmation_rounds_do_not_excuse_a_fault() -> None:
+    """Idle (every new pair agrees): the one-step departure fails after every round, as tolerance 0 did.
+    Under noise: a corruption beyond the allowance still fails after every round."""
+    base = _load("graph-c0-pool512.json")[0][0][1][0]
+    asked = [(_step(base, 1), [base, copy.deepcopy(base)])]
+    judged, rounds = judge_with_rounds(asked, SPEC, lambda i, r: [copy.deepcopy(base), copy.deepcopy(base)])
+    assert rounds == SPEC.noise_rounds and judged["questions"][0]["verdict"] == "mismatch"
+    asked = [(_shift(base, 0, 0.25), [base, _step(base, 2)])]
+    noisy = iter([[base, _step(base, k % 3 + 1)] for k in range(SPEC.noise_rounds)])
+    judged, rounds = judge_with_rounds(asked, SPEC, lambda i, r: next(noisy))
+    assert rounds == SPEC.noise_rounds and judged["questions"][0]["verdict"] == "mismatch"
+    assert judged["allowance"] == pytest.approx(2 * 3 * 2**-6)  # the noise seen: three steps
