@@ -36,7 +36,7 @@ logits. The salted answers measure that noise now:
 - while a question departs, every question gets another salted pair, up to ``noise_rounds`` times (one
   pair may by chance show no noise), and the probe is judged again over every pair.
 
-   No right answer is needed, so this works for a model with random weights.
+No right answer is needed, so this works for a model with random weights.
 """
 
 from __future__ import annotations
