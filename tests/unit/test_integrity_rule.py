@@ -232,3 +232,42 @@ def test_confirmation_rounds_do_not_excuse_a_fault() -> None:
     judged, rounds = judge_with_rounds(asked, SPEC, lambda i, r: next(noisy))
     assert rounds == SPEC.noise_rounds and judged["questions"][0]["verdict"] == "mismatch"
     assert judged["allowance"] == pytest.approx(2 * 3 * 2**-6)  # the noise seen: three steps
+
+
+def test_report_shows_the_noise_floor_next_to_each_gap(tmp_path: Path) -> None:
+    """report.md and report.html give each question's noise, the floor, its gap and the allowance; a report
+    written before the rule reads and writes back without the new keys."""
+    from vfleet.pages import report_html
+    from vfleet.verify import report
+    from vfleet.verify.model import Report
+
+    recorded = (
+        Path(__file__).resolve().parents[1] / "fixtures" / "h200-verify" / "run2" / "verify-graph" / "report.json"
+    )
+    old = Report.load(recorded)
+    assert "noise_floor" not in json.dumps(old.dump()["figures"]["integrity"])
+    probe = _load("graph-c16.json")[0]
+    judged = _judge(probe)
+    data = json.loads(recorded.read_text())
+    data["figures"]["integrity"].update(
+        noise_factor=SPEC.noise_factor,
+        noise_bound=SPEC.noise_bound,
+        noise_floor=judged["floor"],
+        allowance=judged["allowance"],
+        noise_rounds=0,
+        questions_judged=[
+            {"question": f"question {q['index']}", **{k: q[k] for k in q if k in ("verdict", "noise", "noise_flip")}}
+            | {"max_gap": q["max_gap"], "first_diff_position": q["first_diff_position"], "salted_answers": 2}
+            for q in judged["questions"]
+        ],
+        too_noisy=[],
+        records=[],
+    )
+    (tmp_path / "report.json").write_text(json.dumps(data))
+    rep = Report.load(tmp_path / "report.json")
+    md = report.markdown(rep)
+    assert f"x noise floor {judged['floor']:.3g} + tolerance 0 = {judged['allowance']:.3g} nats" in md
+    q0 = judged["questions"][0]
+    assert f"| question 0 | ok | {q0['noise']:.4g} | {q0['max_gap']:.4g} | 2 |" in md
+    html = report_html.page(tmp_path)
+    assert 'id="integrity-noise"' in html and f"<td>{judged['floor']:.4g}</td>" in html
