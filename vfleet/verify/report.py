@@ -168,6 +168,22 @@ def markdown(report: Report) -> str:
                 + ", ".join(str(h["salted_hit"]) for h in integ.hits)
                 + " (expected 0).",
             ]
+        if integ.questions_judged:
+            lines += [
+                "",
+                f"Noise rule: allowance {integ.noise_factor:g} x noise floor {integ.noise_floor:.3g} + tolerance "
+                f"{integ.logprob_tolerance:g} = {integ.allowance:.3g} nats; noise bound {integ.noise_bound:g}; "
+                f"{integ.noise_rounds} confirmation round(s).",
+                "",
+                "| question | verdict | noise (salted vs salted, nats) | gap (cached vs nearer salted, nats) | "
+                "salted answers |",
+                "|---|---|---|---|---|",
+            ]
+            for q in integ.questions_judged:
+                name = str(q["question"]).replace("|", "\\|")
+                lines.append(
+                    f"| {name} | {q['verdict']} | {q['noise']:.4g} | {q['max_gap']:.4g} | {q['salted_answers']} |"
+                )
     if f.log_families:
         allowed = f.log_allowed or []
         lines += [
