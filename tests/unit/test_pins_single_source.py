@@ -36,12 +36,9 @@ COPIES = [
     "docs/fleet.md",
     "docs/howto-base-bump.md",
 ]
-# Lines that record a past run, by (file, text on the line): not copies of the pin.
-RECORDS = [
-    ("docs/images.md", "on the 2-core CI machine (2026-12-01"),  # a measured image
-    ("docs/images.md", "2,571,087,572 bytes in 10 non-empty layers"),
-    ("docs/images.md", "vfleet-cpu:slim-baseline-670277d,vfleet-cpu:"),
-]
+# Lines that record a past run, by (file, text on the line): not copies of the pin. Empty now: recorded runs
+# live under benchmarks/results/, which is not a copy (tests/unit/test_docs_reference.py keeps them out of docs/).
+RECORDS: list[tuple[str, str]] = []
 # Text that may name any base of versions.json, not only the default one (a copy there must still be the
 # pin of some base: a version or image tag of no base is an error).
 MULTI_BASE = ["docs/patches.md", "docs/howto-base-bump.md"]
