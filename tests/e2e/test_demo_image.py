@@ -57,7 +57,8 @@ def test_demo_on_the_cpu_image(cpu_image: images.BuildResult, model_dir: Path, t
         refused = vfleet(
             "promote", image, "--profile", PROFILE, "--report", str(out), "--registry", str(reg), *trusting()
         )
-        assert refused.returncode == 2 and "push it and pass REPO@sha256:DIGEST" in refused.stderr, refused.stderr
+        assert refused.returncode == 2 and "names no registry" in refused.stderr, refused.stderr
+        assert "push the image and name it as REGISTRY/REPO@sha256:DIGEST" in refused.stderr, refused.stderr
         assert not reg.exists()
         return
     assert img["digest"] in {d.rpartition("@")[2] for d in img["repo_digests"]}
