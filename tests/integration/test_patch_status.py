@@ -57,6 +57,8 @@ def expected(p: Patch, release: str) -> str:
 @pytest.mark.parametrize("release", RELEASES)
 def test_status_matches_reference(release: str) -> None:
     tree = fetch_base(release, say=lambda m: None)
+    # The tree carries bytecode (the Verified-By runs import it in fresh processes, without writing any).
+    assert (tree / "vllm" / "__pycache__").is_dir(), tree
     proc = subprocess.run(
         [sys.executable, "-m", "vfleet", "patches", "status", "--base", release, "--tree", str(tree), "--json"],
         capture_output=True,

@@ -6,6 +6,7 @@ patches/release-wheels.json are the ones the rebase report (`status`) is run aga
 
 from __future__ import annotations
 
+import compileall
 import json
 import shutil
 import subprocess
@@ -92,6 +93,7 @@ def fetch_base(version: str | None = None, dist: str | None = None, *, say: Call
     stamp = tree / ".vfleet-wheel-sha256"
     if stamp.is_file() and stamp.read_text().strip() == pin["sha256"]:
         say(f"{dist}=={version}: extracted tree already at {tree}")
+        compileall.compile_dir(tree, quiet=2, workers=0)  # a no-op when current; see below
         return tree
     wheels = cache_dir() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
@@ -134,5 +136,8 @@ def fetch_base(version: str | None = None, dist: str | None = None, *, say: Call
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    # Bytecode once, here: the Verified-By tests import this tree in fresh processes, and where
+    # PYTHONDONTWRITEBYTECODE is set (CI) each would compile it again. Copies of the tree keep valid .pyc.
+    compileall.compile_dir(tree, quiet=2, workers=0)
     say(f"{dist}=={version}: extracted {len(members)} Python files into {tree}")
     return tree
