@@ -139,6 +139,25 @@ class IntegritySpec(Strict):
     )
 
 
+class WarningAllow(Strict):
+    """Excuses a new warning template (docs/boot-verify.md, "New warnings"): ``template`` is the template
+    as the report lists it, `*` standing for any text, ``reason`` why that line is harmless, ``source``
+    where that is shown (a vLLM file or issue, a measurement)."""
+
+    template: str = Field(min_length=3)
+    reason: str = Field(min_length=10)
+    source: str = Field(min_length=3)
+
+
+class WarningsSpec(Strict):
+    """New WARNING and stderr message templates against the last promoted report of the profile
+    (vfleet.verify.logtemplates)."""
+
+    #: whether a new template fails the promotion gate; None: it does for a production profile.
+    new_fails: bool | None = None
+    allow: list[WarningAllow] = Field(default_factory=list)
+
+
 class Verify(Strict):
     """What a healthy server of this profile looks like (used by boot-verify).
 
@@ -155,6 +174,7 @@ class Verify(Strict):
     prefix_cache: bool = True
     integrity: IntegritySpec = IntegritySpec()
     load: LoadSpec = LoadSpec()
+    warnings: WarningsSpec = WarningsSpec()
     #: `vfleet promote` also requires a promotion A/B report (`vfleet ab --promotion`, docs/ab.md) of the
     #: new image (arm B) against the image promoted last for this profile (arm A), complete, every metric
     #: shown not worse within the margin (non-inferiority; inconclusive is no pass); the promotion names it.

@@ -32,8 +32,8 @@ from vfleet.ab import attest as ab_attest
 from vfleet.ab import gate as ab_gate
 from vfleet.errors import VfleetError
 from vfleet.paths import profiles_digest, reports_dir
-from vfleet.profiles import Catalog
-from vfleet.verify import attestation, releases
+from vfleet.profiles import Catalog, Profile
+from vfleet.verify import attestation, logtemplates, releases
 from vfleet.verify.image import SOURCE_CONTAINER, registry_digest
 from vfleet.verify.model import SCHEMA, Report, verdict_problems
 
@@ -191,6 +191,71 @@ def last_promoted(profile: str, registry: Path, other_than: str) -> dict[str, An
     return found[-1] if found else None
 
 
+#: A baseline's signed summary is checked for who signed it and what it covers, not for its age: the
+#: templates of an image promoted long ago are still what that image printed.
+BASELINE_MAX_AGE = dt.timedelta(days=36500)
+
+
+def warning_baseline(
+    profile: str, registry: Path, digest: str | None, keys: list[Key] | None
+) -> logtemplates.Baseline | None:
+    """The warning templates of the report the image promoted last for ``profile`` (other than ``digest``)
+    was promoted on; None when there is no such image, or its report predates warning templates. With
+    ``keys`` (the promotion gate) that report's signed summary must check (VfleetError naming why not);
+    without (`vfleet verify`'s listing) it is read as it is, and the name says so."""
+    entry = last_promoted(profile, registry, other_than=digest or "")
+    if entry is None or not isinstance(entry.get("report"), str):
+        return None
+    path = Path(entry["report"])
+    if keys is not None:
+        why = attestation.check(
+            path, keys, str(entry.get("digest")), profile, str(entry.get("profiles_digest") or profiles_digest()),
+            BASELINE_MAX_AGE,
+        )  # fmt: skip
+        if why:
+            raise VfleetError(
+                f"the report of the image promoted last for {profile} ({path}), the baseline of the new-warning "
+                f"check, cannot be checked: {'; '.join(why)}"
+            )
+    try:
+        rep = load_report(path)
+    except VfleetError:
+        if keys is not None:
+            raise
+        return None  # the listing goes without; the gate (with keys) raised above
+    if rep.figures.log_warnings is None:
+        return None
+    name = str(path) if keys is not None else f"{path} (signature not checked here; the promotion gate checks it)"
+    return logtemplates.Baseline(name, [t.template for t in rep.figures.log_warnings])
+
+
+def warning_problems(prof: Profile, rep: Report, registry: Path, digest: str, keys: list[Key]) -> tuple[list[str], str]:
+    """Why the new warnings of ``rep`` stop its promotion (empty: they do not), and the note for the
+    registry entry. The baseline is the signed report of the image promoted last for the profile."""
+    spec = prof.verify.warnings
+    if rep.figures.log_warnings is None:
+        if logtemplates.fails(spec, prof.production):
+            return [
+                "the report holds no warning templates (no server log was read, or it was made before they were "
+                "recorded); verify again with --container NAME"
+            ], ""
+        return [], "no warning templates in the report"
+    cmp = logtemplates.judge(
+        [t.template for t in rep.figures.log_warnings],
+        warning_baseline(prof.name, registry, digest, keys),
+        spec,
+    )
+    if cmp.new and logtemplates.fails(spec, prof.production):
+        more = f" (+{len(cmp.new) - 10} more)" if len(cmp.new) > 10 else ""
+        listed = "; ".join(repr(t) for t in cmp.new[:10]) + more
+        return [
+            f"{cmp.note}: {listed}. Find the cause in the server log (the report lists each template's first "
+            "line), or, if it is harmless, excuse it in the profile's verify.warnings.allow with a template "
+            'pattern, the reason and its source (docs/boot-verify.md, "New warnings")'
+        ], cmp.note
+    return [], cmp.note
+
+
 def _entries(registry: Path) -> list[dict[str, Any]]:
     """The registry's entries, oldest first (unreadable lines skipped); [] when there is no file."""
     if not registry.is_file():
@@ -280,6 +345,9 @@ def promote(
     prof = Catalog().load(profile)
     digest = resolve_digest(image)
     path, rep = find_report(gate(digest, profile, keys), report_dir)
+    why, warnings_note = warning_problems(prof, rep, registry, digest, keys)
+    if why:
+        raise VfleetError(f"{image} ({digest}) is not promoted for {profile}: {'; '.join(why)}")
     ab_path: Path | None = None
     baseline: str | None = None
     if prof.verify.ab_not_worse:
@@ -304,6 +372,7 @@ def promote(
         entry["ab_report"] = str(ab_path.resolve()) if ab_path else None
         entry["ab_baseline"] = baseline  # None: the profile's first image, nothing to compare against
     # The release data this image was promoted under, for a rollback to it later (vfleet.verify.releases).
+    entry["new_warnings"] = warnings_note
     entry["release"] = str(releases.save(registry, digest))
     entry["profiles_digest"] = profiles_digest()
     registry.parent.mkdir(parents=True, exist_ok=True)

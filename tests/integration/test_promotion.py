@@ -98,7 +98,7 @@ def write_report(
         "api_key": "none", "docker_host": None, "log": None, "selected": None,
         "started": "2026-12-02T00:00:00+00:00", "wall_s": 1.0,
     }  # fmt: skip
-    figs = {"vllm_version": "0.30.0", **(figures or {})}
+    figs = {"vllm_version": "0.30.0", "log_warnings": [], **(figures or {})}
     rep = report.build(checks, 0 if suite_passed else 1, figs, meta, not_applicable=not_applicable)
     rep = Report.model_validate({**rep.dump(), **extra})
     out = root / f"verify-{len(list(root.iterdir())) if root.exists() else 0}"
@@ -533,3 +533,85 @@ def test_a_promotion_keeps_its_release_and_a_rollback_across_a_profile_change_is
     # Promoting the digest again from the release it was built from puts the snapshot right.
     assert releases.save(reg, DIGEST, REPO) == snap
     assert promotion.promoted_entry(IMAGE, "tiny/cpu", reg, keys=trusted())["digest"] == DIGEST
+
+
+# -- new warnings are news (vfleet.verify.logtemplates) ---------------------------------------------------------
+
+PROD = "glm-5.3-flash/h200"
+
+
+def _tpl(template: str, line: int = 1) -> dict[str, Any]:
+    return {"template": template, "count": 1, "first_line": line, "example": template}
+
+
+OLD = [_tpl("WARNING [system_utils.py] Found ulimit of <n> and failed")]
+NEW = "WARNING [cpu.py] Failed to import from vllm._C: ImportError('libgomp.so.<n>: cannot open shared object file')"
+
+
+def _promote_baseline(root: Path, reg: Path, profile: str = PROD) -> Path:
+    digest = "sha256:" + "12" * 32
+    rdir = write_report(root, profile=profile, digest=digest, source="container", figures={"log_warnings": OLD})
+    promotion.promote(f"localhost:5000/vfleet-cpu@{digest}", profile, rdir, reg, keys=trusted())
+    return rdir
+
+
+def test_a_new_warning_template_stops_a_production_promotion(tmp_path: Path) -> None:
+    reg = tmp_path / "promotions.jsonl"
+    base = _promote_baseline(tmp_path / "r", reg)
+    same = write_report(tmp_path / "r", profile=PROD, source="container", figures={"log_warnings": OLD})
+    entry = promotion.promote(IMAGE, PROD, same, reg, keys=trusted())
+    assert entry["new_warnings"] == f"no new warning template against {base / 'report.json'}"
+    # The next image prints a warning the promoted one never did: refused, the template named, nothing appended.
+    reg2 = tmp_path / "promotions2.jsonl"
+    _promote_baseline(tmp_path / "b", reg2)
+    sick = write_report(
+        tmp_path / "r", profile=PROD, source="container", figures={"log_warnings": [*OLD, _tpl(NEW, 40)]}
+    )
+    lines = reg2.read_text()
+    with pytest.raises(VfleetError, match="1 new warning template") as exc:
+        promotion.promote(IMAGE, PROD, sick, reg2, keys=trusted())
+    assert NEW in str(exc.value) and "verify.warnings.allow" in str(exc.value)
+    assert reg2.read_text() == lines
+
+
+def test_the_baseline_must_be_the_signed_report_it_was_promoted_on(tmp_path: Path) -> None:
+    """Whoever can edit the promoted report cannot hide a new warning by adding it to the baseline."""
+    reg = tmp_path / "promotions.jsonl"
+    base = _promote_baseline(tmp_path / "b", reg)
+    _edit(base, lambda d: d["figures"]["log_warnings"].append(_tpl(NEW)))
+    sick = write_report(tmp_path / "r", profile=PROD, source="container", figures={"log_warnings": [*OLD, _tpl(NEW)]})
+    with pytest.raises(VfleetError, match="the baseline of the new-warning check, cannot be checked"):
+        promotion.promote(IMAGE, PROD, sick, reg, keys=trusted())
+
+
+def test_an_allow_entry_in_the_profile_excuses_a_new_template(tmp_path: Path, config_tree: Any) -> None:
+    reg = tmp_path / "promotions.jsonl"
+    _promote_baseline(tmp_path / "b", reg)
+    allow = {"template": "WARNING [cpu.py] Failed to import from vllm._C*", "reason": "this platform has no "
+             "AVX512 build; the portable ops serve", "source": "vllm/platforms/cpu.py"}  # fmt: skip
+    config_tree.edit(
+        "models/glm-5.3-flash/h200.yaml", lambda d: d.setdefault("verify", {}).update(warnings={"allow": [allow]})
+    )
+    sick = write_report(tmp_path / "r", profile=PROD, source="container", figures={"log_warnings": [*OLD, _tpl(NEW)]})
+    entry = promotion.promote(IMAGE, PROD, sick, reg, keys=trusted())
+    assert entry["new_warnings"].startswith("no new warning template against")
+
+
+def test_a_production_report_without_templates_is_refused_and_a_first_image_has_nothing_to_compare(
+    tmp_path: Path,
+) -> None:
+    reg = tmp_path / "promotions.jsonl"
+    bare = write_report(tmp_path / "r", profile=PROD, source="container", figures={"log_warnings": None})
+    with pytest.raises(VfleetError, match="holds no warning templates"):
+        promotion.promote(IMAGE, PROD, bare, reg, keys=trusted())
+    first = write_report(tmp_path / "r", profile=PROD, source="container", figures={"log_warnings": [_tpl(NEW)]})
+    entry = promotion.promote(IMAGE, PROD, first, reg, keys=trusted())
+    assert entry["new_warnings"].startswith("no promoted report of this profile to compare against")
+
+
+def test_a_non_production_profile_lists_a_new_template_and_promotes(tmp_path: Path) -> None:
+    reg = tmp_path / "promotions.jsonl"
+    _promote_baseline(tmp_path / "b", reg, profile="tiny/cpu")
+    sick = write_report(tmp_path / "r", figures={"log_warnings": [*OLD, _tpl(NEW)]})
+    entry = promotion.promote(IMAGE, "tiny/cpu", sick, reg, keys=trusted())
+    assert entry["new_warnings"].startswith("1 new warning template(s) against")

@@ -244,6 +244,35 @@ def test_two_runs_in_one_process_are_independent(
     assert left == [], f"suite modules left imported: {left}"
 
 
+def test_warning_templates_are_listed_and_new_ones_named_against_the_last_promoted_report(
+    full_run: dict[str, Any], healthy: VllmServer, tmp_path: Path
+) -> None:
+    """The full run had no promoted report to compare with: it lists the healthy server's templates and
+    judges none new. A later run whose log carries a line the promoted report's log never had (an OpenBLAS
+    fallback, raw stderr) names it as new, against the report the registry's last tiny/cpu entry names."""
+    rep = json.loads((full_run["out"] / "report.json").read_text())
+    seen = [w["template"] for w in rep["figures"]["log_warnings"]]
+    assert any(t.startswith("WARNING [vllm.py] Enforce eager set") for t in seen), seen
+    assert rep["figures"]["new_warnings"]["baseline"] is None, rep["figures"]["new_warnings"]
+    assert "## Warnings" in (full_run["out"] / "report.md").read_text()
+    reg = tmp_path / "promotions.jsonl"
+    line = {"profile": PROFILE, "digest": "sha256:" + "0" * 64, "report": str(full_run["out"] / "report.json")}
+    reg.write_text(json.dumps(line) + "\n")
+    log = tmp_path / "server.log"
+    blas = "OpenBLAS WARNING - could not determine the L2 cache size on this system, assuming 256k"
+    log.write_text(healthy.log_path.read_text() + blas + "\n")
+    out = tmp_path / "again"
+    proc = vfleet(
+        "verify", "--url", healthy.url, "--profile", PROFILE, "--api-key-env", "VF_TEST_KEY", "--log", str(log),
+        "-k", "test_log", "--out", str(out), env={"VF_TEST_KEY": API_KEY, "VFLEET_PROMOTIONS": str(reg)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    nw = json.loads((out / "report.json").read_text())["figures"]["new_warnings"]
+    assert nw["baseline"].startswith(str(full_run["out"] / "report.json")), nw
+    assert f"stderr {blas.replace('256k', '<n>k')}" in nw["new"], nw
+    assert "New since the last promoted report" in (out / "report.md").read_text()
+
+
 def test_promote_needs_a_passing_report_for_the_digest(
     full_run: dict[str, Any], image_ref: str, tmp_path: Path
 ) -> None:

@@ -31,6 +31,7 @@ from vfleet.paths import profiles_digest
 from vfleet.profiles import Catalog, Profile
 from vfleet.render import PROFILES_DIGEST_ENV
 from vfleet.rules import enforce
+from vfleet.verify.logtemplates import BANNER_RULER
 from vfleet.vllm_args import serve_argv, write_config
 
 SECRET_NAMES = ("VLLM_API_KEY", "HF_TOKEN")
@@ -228,7 +229,7 @@ def banner(
     api = secrets.get("VLLM_API_KEY")
     auth = f"required (VLLM_API_KEY from {api})" if api else "NOT required (VFLEET_ALLOW_NO_API_KEY=1)"
     lines = [
-        "=" * 100,
+        BANNER_RULER,
         f"vfleet serve  image {os.environ.get('VFLEET_IMAGE', '(not in an image)')}  "
         f"revision {os.environ.get('VFLEET_REVISION', '?')}",
         f"  base      {os.environ.get('VFLEET_BASE_IMAGE', '?')}",
@@ -241,7 +242,7 @@ def banner(
     if env_over:
         lines.append(f"  env kept  {' '.join(env_over)} (set by docker run, wins over the profile)")
     lines.append(f"  exec      {shlex.join(argv)}")
-    lines.append("=" * 100)
+    lines.append(BANNER_RULER)
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from vfleet import promotion
 from vfleet.verify import apikey, attestation, runner
 from vfleet.verify.model import Report
 
@@ -78,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
         image=args.image,
         select=args.select,
         sign_key=attestation.sign_key_path(args.sign_key),
+        warning_baseline=lambda digest: promotion.warning_baseline(
+            args.profile, promotion.default_registry(), digest, keys=None
+        ),
     )
     print(summary(res.report, res.out))
     print(signed_line(res))

@@ -20,12 +20,14 @@ this module holds the checks and their registry, and re-exports the others' name
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from vfleet.profiles import Verify
+from vfleet.verify import logtemplates
 from vfleet.verify.logallow import (
     ALLOW,
     CLIENT_ERRORINFO_RE,
@@ -364,6 +366,8 @@ def _fault_figures(log: ParsedLog, verify: Verify) -> dict[str, Any]:
     return {
         "log_families": list(FAMILY_IDS),
         "log_allowed": [{"entry": a.id, "line": ev.first.no} for ev, a in scan.allowed],
+        # New warnings are news (vfleet.verify.logtemplates): the runner and the promotion gate compare them.
+        "log_warnings": [dataclasses.asdict(t) for t in logtemplates.templates(log)],
     }
 
 

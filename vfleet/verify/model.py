@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from vfleet.errors import VfleetError
 from vfleet.verify.cacheprobe import IntegrityResult, PrefixHitResult
 from vfleet.verify.load import LevelResult
+from vfleet.verify.logtemplates import Template
 
 #: 2: `passed` fails closed on unexcused skips (`unexcused_skips`, `not_applicable`); `image` holds the
 #: image id and the registry manifest digest with its source (vfleet.verify.image.ImageRecord).
@@ -92,6 +93,15 @@ class LogAllowed(_Strict):
     line: int
 
 
+class NewWarnings(_Strict):
+    """The log's warning templates against a baseline report's (vfleet.verify.logtemplates.compare)."""
+
+    baseline: str | None  # the report compared against; None: there was none
+    note: str
+    new: list[str]
+    excused: dict[str, str]
+
+
 class Figures(_Strict):
     """What the checks measured, in the order the suite writes it; a check that did not run leaves its
     keys out. The prefix-cache and load figures are the probes' own result types (stdlib dataclasses:
@@ -109,6 +119,9 @@ class Figures(_Strict):
     finished_reasons: dict[str, float] | None = None
     log_families: list[str] | None = None
     log_allowed: list[LogAllowed] | None = None
+    #: the WARNING and stderr message templates of the log, and the new ones against the last promoted report
+    log_warnings: list[Template] | None = None
+    new_warnings: NewWarnings | None = None
     attention_backends: list[str] | None = None
     kv_tokens: int | None = None
     #: vfleet.verify.gpuhealth.run_gpu_health: ok, problems, devices, diag (the tool's own output).

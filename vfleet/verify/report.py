@@ -195,6 +195,21 @@ def markdown(report: Report) -> str:
             + (", ".join(f"{a.entry} (line {a.line})" for a in allowed) if allowed else "nothing")
             + ".",
         ]
+    if f.log_warnings is not None:
+        nw = f.new_warnings
+        new = set(nw.new) if nw else set()
+        lines += ["", "## Warnings (WARNING records and stderr lines, as templates)", ""]
+        lines.append((nw.note if nw else "not compared with a promoted report") + ".")
+        if nw and nw.new:
+            lines += ["", "New since the last promoted report:", ""]
+            lines += [f"- `{x}`" for x in nw.new]
+        if nw and nw.excused:
+            lines += ["", "New, excused by the profile's verify.warnings.allow:", ""]
+            lines += [f"- `{x}`: {why}" for x, why in nw.excused.items()]
+        lines += ["", "| new | count | first line | template |", "|---|---|---|---|"]
+        for w in f.log_warnings:
+            name = w.template.replace("|", "\\|").replace("`", "'")
+            lines.append(f"| {'NEW' if w.template in new else ''} | {w.count} | {w.first_line} | {name} |")
     if f.load:
         lines += [
             "",

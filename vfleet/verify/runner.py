@@ -13,7 +13,7 @@ from pathlib import Path
 from vfleet.errors import VfleetError
 from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
-from vfleet.verify import apikey, attestation
+from vfleet.verify import apikey, attestation, logtemplates
 from vfleet.verify import image as image_mod
 from vfleet.verify import report as report_mod
 from vfleet.verify.model import Report
@@ -55,6 +55,7 @@ def run(
     env_file: Path | None = None,
     docker_host: str | None = None,
     sign_key: Path | None = None,
+    warning_baseline: Callable[[str | None], logtemplates.Baseline | None] | None = None,
 ) -> VerifyResult:
     """Run the suite; each line of pytest's output goes to ``on_line`` and to DIR/pytest-output.txt.
     With ``sign_key`` (the controller's ed25519 private key) the report's verification summary is signed
@@ -62,7 +63,11 @@ def run(
 
     Bad input (VfleetError, exit 2) is found before anything is written: the profile, the log, the URL,
     the API key source, the signing key, the report directory, and the image (with ``container``: read
-    from docker on ``docker_host``, and an ``image`` reference that names another image is refused)."""
+    from docker on ``docker_host``, and an ``image`` reference that names another image is refused).
+
+    ``warning_baseline`` gives, for the image's registry digest, the report whose warning templates the
+    log's are compared with (the last promoted one of the profile; `vfleet verify` looks it up): the
+    report lists the new ones (figures.new_warnings). The promotion gate judges them again."""
     prof = Catalog().load(profile)  # a bad profile name is a clear error here, not a pytest crash
     signer = attestation.load_signer(sign_key) if sign_key is not None else None
     if log is not None and not log.is_file():
@@ -105,6 +110,12 @@ def run(
     wall = time.monotonic() - t0
     if session.exitstatus is None:
         raise VfleetError(f"the suite exited {rc} without results; see {out / 'pytest-output.txt'}")
+    if session.figures.get("log_warnings") is not None:
+        current = [t["template"] for t in session.figures["log_warnings"]]
+        base = warning_baseline(record.digest) if warning_baseline is not None else None
+        session.figures["new_warnings"] = logtemplates.as_figures(
+            logtemplates.judge(current, base, prof.verify.warnings)
+        )
     log_source = str(log) if log else (f"docker logs {container}" if container else None)
     meta = {
         "profile": profile,
