@@ -64,8 +64,8 @@ rollout: $(STAMP) ## roll the fleet onto IMAGE=ref: canary, then batches [INVENT
 rollback: $(STAMP) ## roll the fleet back, through the rollout's gates, to each node's previous image [IMAGE=ref to name one] [LIMIT] [BREAK_LOCK=1] [TRUSTED_KEY=pub.pem] [ALLOW_UNSIGNED=1: test fleets only]
 	$(V)/vfleet fleet rollback $(FLEET_WHERE) $(if $(IMAGE),--image $(IMAGE)) $(if $(TRUSTED_KEY),--trusted-key $(TRUSTED_KEY)) $(if $(ALLOW_UNSIGNED),--allow-unsigned) $(FLEET_OPTS)
 
-fleet-verify: $(STAMP) ## boot-verify every running node of the fleet
-	$(V)/vfleet fleet verify $(FLEET_WHERE) $(if $(LIMIT),--limit $(LIMIT))
+fleet-verify: $(STAMP) ## boot-verify every running node, each out of the balancer's pool [MAX_OUT=N at once]
+	$(V)/vfleet fleet verify $(FLEET_WHERE) $(if $(LIMIT),--limit $(LIMIT)) $(if $(MAX_OUT),--max-out-of-pool $(MAX_OUT))
 
 fleet-status: $(STAMP) ## what runs where: image digest, profile, health [HTML=fleet.html: the fleet page] [TRUSTED_KEY=pub.pem: its provenance column]
 	$(V)/vfleet fleet status $(FLEET_WHERE) $(if $(HTML),--html $(HTML)) $(if $(TRUSTED_KEY),--trusted-key $(TRUSTED_KEY))

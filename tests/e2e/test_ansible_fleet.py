@@ -556,6 +556,44 @@ def test_a_drain_that_never_reaches_zero_leaves_the_node_serving_in_the_pool(ctx
 
 
 @pytest.mark.injected_fault
+def test_fleet_verify_judges_each_node_out_of_the_pool(ctx: Ctx) -> None:
+    """fleet verify drains each node before it verifies it and puts it back after (issue 22, item 1):
+    a node whose boot-verify fails (injected: a stand-in verify that exits 1) stays out of the pool, its
+    record and the status name the run and the report; the next fleet verify names the run that held
+    it, verifies it and puts it back. A node whose drain never finishes (n4 on the 'busy' stand-in,
+    which reports two running requests forever) is NOT VERIFIED: put back as it was, and the run fails
+    naming it. Real vLLM under client traffic: tests/e2e/test_fleet_lifecycle.py."""
+    n1, _, n3, n4 = ctx.names
+    if ctx.serving(n4)["Config"]["Image"] != ctx.refs["busy"]:
+        assert ctx.cli("deploy_busy_for_verify", "rollout", "--image", ctx.refs["busy"], "--limit", n4).returncode == 0
+    failing = [sys.executable, "-c", "import sys; sys.exit('injected: boot-verify failed on this node')"]
+    proc = ctx.cli("verify_fails_one", "verify", "--limit", n3, vfleet_node_verify_argv=failing)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    text = flat(proc.stdout)
+    assert f"fleet verify failed on {n3}" in text and "boot-verify FAILED" in text, proc.stdout[-3000:]
+    assert "stays out of the pool (MAINT)" in text and "/report.md" in text, proc.stdout[-3000:]
+    assert ctx.lb_status()[n3] == "MAINT", ctx.lb_status()
+    held = ctx.record(n3)["out_of_pool"]
+    assert held["why"] == "failed verify" and held["report"], held
+    assert ctx.record(n3)["last_verify"]["passed"] is False
+    status = flat(ctx.cli("status_after_failed_verify", "status").stdout)
+    assert f"OUT OF THE POOL: failed verify (run {held['run_id']})" in status, status[-3000:]
+    assert not ctx.lock_file(), "a failed verify left the fleet lock"
+    # Every node again, at most 2 out at once: n3 comes back, n4 cannot be drained.
+    proc = ctx.cli("verify_all", "verify", "--max-out-of-pool", "2", vfleet_lb_drain_timeout_s=3)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    text = flat(proc.stdout)
+    assert f"held by failed verify run {held['run_id']}" in text, proc.stdout[-3000:]
+    assert f"fleet verify failed on {n4}:" in text and f"{n4}: NOT VERIFIED: it could not leave the pool" in text
+    assert text.count("boot-verify passed out of the pool") == 3, proc.stdout[-3000:]
+    assert all(ctx.lb_status()[n] == "UP" for n in ctx.names), ctx.lb_status()
+    for n in (n1, n3):
+        rec = ctx.record(n)
+        assert not rec.get("out_of_pool") and rec["last_verify"]["passed"] is True, rec
+    assert not ctx.record(n4).get("out_of_pool"), ctx.record(n4)
+
+
+@pytest.mark.injected_fault
 def test_a_node_that_dies_mid_drain_fails_the_run_and_says_so(ctx: Ctx) -> None:
     """n4 still reports busy (injected), so its drain waits; the node (the whole DinD host) is then
     stopped. Afterwards it comes back and the next rollout brings it to a healthy image."""

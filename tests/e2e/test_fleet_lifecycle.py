@@ -424,6 +424,9 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     assert len(new_runs) == 1, new_runs
     reports = life.reports(new_runs.pop())
     assert len(reports) == NODES and all(r["passed"] for r in reports), [r.get("counts") for r in reports]
+    # Each node was judged out of the pool (drained first, under the client traffic) and put back.
+    assert " ".join(proc.stdout.split()).count("boot-verify passed out of the pool") == NODES, proc.stdout[-3000:]
+    assert all(life.lb_status()[n] == "UP" for n in life.names), life.lb_status()
     a_digest = ref_a.split("@", 1)[1]
     for rep in reports:
         assert rep["image"]["digest"] == a_digest, rep["image"]
@@ -485,6 +488,10 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     assert injected["at"] < verify_done, "the fault line was injected after boot-verify had finished"
     assert proc.returncode != 0, "boot-verify missed a fault printed during its own traffic"
     assert "an illegal memory access was encountered" in proc.stdout, proc.stdout[-3000:]
+    # The failed node stays out of the pool, its record naming the report.
+    assert life.lb_status()[n2] == "MAINT", life.lb_status()
+    held = life.record(n2)["out_of_pool"]
+    assert held["why"] == "failed verify" and Path(held["report"], "report.md").is_file(), held
 
     # The page again, on A: provenance verified on every node, and node 3's failed boot-verify shown.
     page, rows = _fleet_page(life, "end")

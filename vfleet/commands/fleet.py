@@ -71,6 +71,19 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
                 action="store_true",
                 help="take the fleet lock over from another run (its holder is printed); only when that run is gone",
             )
+        if pb == "verify":
+            q.add_argument(
+                "--max-out-of-pool",
+                type=int,
+                metavar="N",
+                help="nodes out of the balancer's pool at once, each drained, verified and put back (default: "
+                "vfleet_verify_max_out_of_pool of ansible/roles/vfleet/defaults/main.yml, 1)",
+            )
+            q.add_argument(
+                "--break-lock",
+                action="store_true",
+                help="take the fleet lock over from another run (its holder is printed); only when that run is gone",
+            )
         if pb in ("rollout", "rollback", "status"):
             gate = q.add_argument_group("supply chain (docs/supply-chain.md)")
             gate.add_argument(
@@ -172,6 +185,10 @@ def _playbook(args: argparse.Namespace) -> int:
         extra["vfleet_image"] = args.image
     if getattr(args, "batch_size", None):
         extra["vfleet_batch_size"] = args.batch_size
+    if getattr(args, "max_out_of_pool", None) is not None:
+        if args.max_out_of_pool < 1:
+            raise VfleetError(f"--max-out-of-pool {args.max_out_of_pool}: give 1 or more nodes")
+        extra["vfleet_verify_max_out_of_pool"] = args.max_out_of_pool
     if getattr(args, "max_fail_percentage", None) is not None:
         extra["vfleet_max_fail_percentage"] = args.max_fail_percentage
     if getattr(args, "max_failed_nodes", None) is not None:
@@ -213,7 +230,7 @@ def _playbook(args: argparse.Namespace) -> int:
         from vfleet.pages import fleet_html  # jinja2 is not in the images: only when a page is written
 
         print(f"vfleet: fleet page {fleet_html.write(Path(extra['vfleet_status_file']), args.html.resolve())}")
-    if proc.returncode != 0 and args.fleet_command in ("rollout", "rollback"):
+    if proc.returncode != 0 and args.fleet_command in ("rollout", "rollback", "verify"):
         # A failed run leaves the fleet lock (Ansible runs no later play); release it if this run
         # holds it, then show where every node stands.
         print(f"vfleet: {args.fleet_command} run {run_id} failed (exit {proc.returncode}); releasing its lock")

@@ -102,6 +102,24 @@ def _health(row: dict[str, Any]) -> Cell:
     container = str(row.get("container") or "?")
     balancer = str(row.get("balancer") or "n/a")
     text = f"container {container}, balancer {balancer}"
+    held = row.get("out_of_pool") or {}
+    if isinstance(held, dict) and held.get("why") == "verify" and container == "running":
+        # A fleet verify took it out (roles/vfleet_node/tasks/verify.yml): on purpose, for a while.
+        return Cell(
+            f"out for a verify\n{text}",
+            "unknown",
+            f"fleet verify run {held.get('run_id') or '?'} since {held.get('since') or '?'}",
+        )
+    if isinstance(held, dict) and held.get("why") == "failed verify":
+        report = str(held.get("report") or "")
+        page = Path(report) / "report.html"
+        href = page.resolve().as_uri() if report and page.exists() else ""
+        return Cell(
+            f"out of the pool: failed verify\n{text}",
+            "bad",
+            f"fleet verify run {held.get('run_id') or '?'}: {report}",
+            href,
+        )
     if row.get("docker_error"):
         return Cell(f"not healthy\n{text}", "bad", str(row["docker_error"]))
     if row.get("healthy") is True and container == "running" and balancer in ("UP", "n/a"):
