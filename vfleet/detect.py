@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from vfleet import settings
 from vfleet.errors import SelectError
 from vfleet.profiles import Catalog, Platform, Profile
 
@@ -138,7 +139,8 @@ def platform_matches(platform: Platform, host: HostInfo) -> bool:
 def select(catalog: Catalog, model: str, host: HostInfo | None = None, env: dict[str, str] | None = None) -> Profile:
     """The profile of ``model`` for this host. VFLEET_PROFILE or VFLEET_PLATFORM in ``env`` override detection."""
     env = dict(os.environ) if env is None else env
-    forced = env.get("VFLEET_PROFILE")
+    given = settings.load(env)
+    forced = given.profile
     if forced:
         profile = catalog.load(forced)
         if model and profile.model != model:
@@ -146,7 +148,7 @@ def select(catalog: Catalog, model: str, host: HostInfo | None = None, env: dict
         return profile
     if not model:
         raise SelectError("no model given: pass --model MODEL or set VFLEET_PROFILE=MODEL/PLATFORM")
-    forced_platform = env.get("VFLEET_PLATFORM")
+    forced_platform = given.platform
     if forced_platform:
         return catalog.load(f"{model}/{forced_platform}")
     host = detect_host() if host is None else host

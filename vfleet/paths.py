@@ -1,10 +1,9 @@
 """Where vfleet finds its data: a checkout, or the copy baked into an image."""
 
-import os
 from pathlib import Path
 from typing import Any
 
-from vfleet import PACKAGE_DIR, pins
+from vfleet import PACKAGE_DIR, pins, settings
 from vfleet.digests import tree_digest
 from vfleet.errors import VfleetError
 
@@ -14,8 +13,8 @@ def home() -> Path:
 
     VFLEET_HOME wins (images set it to /opt/vfleet); otherwise the checkout this package lives in.
     """
-    env = os.environ.get("VFLEET_HOME")
-    root = Path(env) if env else PACKAGE_DIR.parent
+    env = settings.load().home
+    root = env if env else PACKAGE_DIR.parent
     if not (root / "serve_configs").is_dir():
         raise VfleetError(
             f"no serve_configs/ under {root}: set VFLEET_HOME to the vfleet checkout or image data directory"
@@ -33,10 +32,10 @@ def release_dir() -> Path:
     """Where the release data lives (serve_configs/, versions.json, patches/, requirements/): VFLEET_RELEASE_DIR
     (a promoted release snapshot) when set, else the vfleet home. Reports, caches and smoke_tests/ stay in
     the home."""
-    env = os.environ.get(RELEASE_ENV)
+    env = settings.load().release_dir
     if not env:
         return home()
-    root = Path(env)
+    root = env
     if not (root / "serve_configs").is_dir():
         raise VfleetError(f"{RELEASE_ENV}={env} holds no serve_configs/: point it at a release snapshot or unset it")
     return root
@@ -45,9 +44,9 @@ def release_dir() -> Path:
 def serve_configs_dir() -> Path:
     """The serve profiles: those of the release dir when VFLEET_RELEASE_DIR is set (a rollback's snapshot is
     one release, whole), else VFLEET_SERVE_CONFIGS when set, else the home's serve_configs/."""
-    override = os.environ.get("VFLEET_SERVE_CONFIGS")
-    if override and not os.environ.get(RELEASE_ENV):
-        return Path(override)
+    s = settings.load()
+    if s.serve_configs and not s.release_dir:
+        return s.serve_configs
     return release_dir() / "serve_configs"
 
 
@@ -72,6 +71,6 @@ def reports_dir() -> Path:
     image). Always absolute, so every working directory (ansible-playbook runs in ansible/) sees the
     same files.
     """
-    env = os.environ.get("VFLEET_REPORTS")
-    root = Path(env).expanduser() if env else home() / "reports"
+    env = settings.load().reports
+    root = env.expanduser() if env else home() / "reports"
     return root.resolve()

@@ -22,12 +22,12 @@ from __future__ import annotations
 import datetime as dt
 import getpass
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vfleet import settings
 from vfleet.ab import attest as ab_attest
 from vfleet.ab import gate as ab_gate
 from vfleet.errors import VfleetError
@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 
 def default_registry() -> Path:
     """VFLEET_PROMOTIONS, else promotions.jsonl in the reports root (absolute, whatever the cwd)."""
-    env = os.environ.get("VFLEET_PROMOTIONS")
-    return Path(env).expanduser().resolve() if env else reports_dir() / "promotions.jsonl"
+    env = settings.load().promotions
+    return env.expanduser().resolve() if env else reports_dir() / "promotions.jsonl"
 
 
 def resolve_digest(image: str) -> str:

