@@ -564,7 +564,7 @@ def test_fleet_verify_judges_each_node_out_of_the_pool(ctx: Ctx) -> None:
     which reports two running requests forever) is NOT VERIFIED: put back as it was, and the run fails
     naming it. Real vLLM under client traffic: tests/e2e/test_fleet_lifecycle.py."""
     n1, _, n3, n4 = ctx.names
-    if ctx.serving(n4)["Config"]["Image"] != ctx.refs["busy"]:
+    if ctx._get(n4, "/variant") != "busy":
         assert ctx.cli("deploy_busy_for_verify", "rollout", "--image", ctx.refs["busy"], "--limit", n4).returncode == 0
     failing = [sys.executable, "-c", "import sys; sys.exit('injected: boot-verify failed on this node')"]
     proc = ctx.cli("verify_fails_one", "verify", "--limit", n3, vfleet_node_verify_argv=failing)
