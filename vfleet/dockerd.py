@@ -78,6 +78,7 @@ def ensure_dockerd(timeout: float = 90.0) -> str:
             _install_docker_io()
         if daemon_up():
             return "running"
+        _wait_for_a_stopping_daemon(max(timeout, 180.0))
         with LOG.open("ab") as log:
             subprocess.Popen(
                 ["dockerd", "--host", f"unix://{SOCKET}"],
@@ -88,6 +89,42 @@ def ensure_dockerd(timeout: float = 90.0) -> str:
             )
         wait_until(daemon_up, timeout, 1.0, f"dockerd to answer on {SOCKET}", state=_log_tail, error=DockerError)
         return "started"
+
+
+PID_FILE = Path("/var/run/docker.pid")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stopping_pid() -> int | None:
+    """The pid of a dockerd that no longer answers but has not exited yet (it stops its containers
+    first, and keeps its pid file until then): a new dockerd would refuse to start beside it."""
+    try:
+        pid = int(PID_FILE.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _pid_alive(pid) else None
+
+
+def _wait_for_a_stopping_daemon(timeout: float) -> None:
+    if _stopping_pid() is None:
+        return
+    wait_until(
+        lambda: _stopping_pid() is None,
+        timeout,
+        1.0,
+        f"the dockerd of {PID_FILE} that no longer answers to exit before a new one starts",
+        state=lambda: f"pid {_stopping_pid()} still runs; stop it (kill PID) if it does not exit",
+        error=DockerError,
+    )
 
 
 def _log_tail() -> str:

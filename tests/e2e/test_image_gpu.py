@@ -52,7 +52,8 @@ def test_gpu_image_builds_on_the_standin(standin: str, context: Path, family: st
         res = images.build_image(family, base=standin, tag=ref, context=context)
         out = res.output
         # The patch step found vLLM by asking Python, in the real image's layout.
-        assert f"Python reports vLLM in {SITE}; applying the patch set for {family}" in out
+        base = images.pinned().vllm_version
+        assert f"Python reports vLLM in {SITE}; applying the patch set of vLLM {base} for {family}" in out, out[-3000:]
         assert "NOTICE: no torch in this base (a stand-in?): skipped the import check" in out
         assert "NOTICE: no GPU at build time" in out
         manifest = json.loads(
