@@ -63,6 +63,33 @@ STAGES: dict[str, tuple[str, ...]] = {
     "e2e": ("tests/e2e",),
 }
 
+#: Lanes of a stage: test files that run as concurrent pytest processes, then the stage's other files in
+#: one process after them. The e2e tier waits on Docker, Ansible and vLLM boots much of its time, so its two
+#: halves share the 2 cores (benchmarks/results/2026-12-03-suite-times.md): the stand-in fleet in one lane,
+#: everything built on the Debian base (the CPU image, the GPU stand-in) in the other, so that no image is
+#: built by both at once. What is left runs alone afterwards: test_newcomer stops dockerd.
+LANES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "e2e": (
+        (
+            "tests/e2e/test_ansible_fleet.py",
+            "tests/e2e/test_staging.py",
+            "tests/e2e/test_rollback_gate.py",
+            "tests/e2e/test_verify_image_digest.py",
+        ),
+        (
+            "tests/e2e/test_fleet_lifecycle.py",
+            "tests/e2e/test_demo_image.py",
+            "tests/e2e/test_image_cpu.py",
+            "tests/e2e/test_verify_cpu_image.py",
+            "tests/e2e/test_image_gpu.py",
+            "tests/e2e/test_supply_cpu.py",
+            "tests/e2e/test_supply_verify.py",
+        ),
+    ),
+}
+#: Seconds between the progress lines of lanes that run side by side.
+LANE_PROGRESS_S = 120.0
+
 
 class StageError(ValueError):
     """A stage argument that names no stage."""
@@ -164,8 +191,88 @@ def parse_args(argv: Sequence[str]) -> tuple[list[Stage], list[str]]:
     return stages, extra
 
 
+def _lanes(stage: Stage) -> list[tuple[str, ...]]:
+    """The stage's lanes (run side by side) and, last, the rest of its files; [] for a stage without lanes."""
+    lanes = [tuple(p for p in lane if (ROOT / p).is_file()) for lane in LANES.get(stage.name, ())]
+    lanes = [lane for lane in lanes if lane]
+    if not lanes or stage.paths != STAGES.get(stage.name):
+        return []
+    taken = {p for lane in lanes for p in lane}
+    rest = tuple(
+        str(f.relative_to(ROOT))
+        for folder in stage.paths
+        for f in sorted((ROOT / folder).glob("test_*.py"))
+        if str(f.relative_to(ROOT)) not in taken
+    )
+    return [*lanes, rest] if rest else lanes
+
+
+def _sum(parts: Sequence[Counts | None]) -> Counts | None:
+    if any(c is None for c in parts):
+        return None
+    out = Counts()
+    for c in parts:
+        assert c is not None
+        out.collected += c.collected
+        out.passed += c.passed
+        out.failed += c.failed
+        out.skipped += c.skipped
+    return out
+
+
+def _run_lanes(stage: Stage, lanes: list[tuple[str, ...]], extra: Sequence[str]) -> StageResult:
+    """The lanes side by side (each pytest's output to a file, a progress line every LANE_PROGRESS_S, the
+    whole output once it ends), then the rest; the stage's counts are their sum."""
+    parallel, rest = lanes[:-1] if len(lanes) > 1 else lanes, lanes[-1:] if len(lanes) > 1 else []
+    t0 = time.monotonic()
+    counts: list[Counts | None] = []
+    codes: list[int] = []
+    with tempfile.TemporaryDirectory(prefix="vfleet-stage-") as tmp:
+        procs = []
+        for i, lane in enumerate(parallel):
+            log = Path(tmp) / f"lane{i}.log"
+            cfile = Path(tmp) / f"lane{i}.json"
+            argv = [sys.executable, "-m", "pytest", "-q", "-p", PLUGIN, *lane, *extra]
+            print(
+                f"== stage {stage.name}, lane {i + 1} of {len(parallel)} (side by side): {' '.join(lane)}", flush=True
+            )
+            sys.stdout.flush()
+            fh = log.open("w")
+            env = {**os.environ, COUNTS_ENV: str(cfile)}
+            procs.append((i, lane, log, cfile, fh, subprocess.Popen(argv, cwd=ROOT, env=env, stdout=fh, stderr=fh)))
+        printed: set[int] = set()
+        last = time.monotonic()
+        while len(printed) < len(procs):
+            time.sleep(2)
+            for i, _lane, log, _cfile, fh, proc in procs:
+                if i not in printed and proc.poll() is not None:
+                    fh.close()
+                    print(f"== stage {stage.name}, lane {i + 1} ended in {wall(time.monotonic() - t0)}; its output:")
+                    print(log.read_text(errors="replace"), flush=True)
+                    printed.add(i)
+            if time.monotonic() - last >= LANE_PROGRESS_S:
+                last = time.monotonic()
+                for i, _lane, log, _cfile, _fh, _proc in procs:
+                    if i not in printed:
+                        tail = (log.read_text(errors="replace").strip().splitlines() or [""])[-1][-100:]
+                        print(f"   lane {i + 1} running {wall(time.monotonic() - t0)}: {tail}", flush=True)
+        for _i, _lane, _log, cfile, _fh, proc in procs:
+            codes.append(proc.returncode)
+            counts.append(Counts(**json.loads(cfile.read_text())) if cfile.is_file() else None)
+    for lane in rest:
+        r = run_stage(Stage(f"{stage.name} (after the lanes)", lane), extra)
+        codes.append(r.returncode)
+        counts.append(r.counts)
+    code = next((c for c in codes if c != 0), 0)
+    return StageResult(stage, code, time.monotonic() - t0, _sum(counts))
+
+
 def run_stage(stage: Stage, extra: Sequence[str]) -> StageResult:
-    """One stage's pytest, its output straight to this terminal; the counts its plugin wrote."""
+    """One stage's pytest, its output straight to this terminal; the counts its plugin wrote. A stage with
+    lanes (LANES) runs them side by side first."""
+    lanes = _lanes(stage)
+    if lanes:
+        return _run_lanes(stage, lanes, extra)
     with tempfile.TemporaryDirectory(prefix="vfleet-stage-") as tmp:
         counts_file = Path(tmp) / "counts.json"
         argv = [sys.executable, "-m", "pytest", "-q", "-p", PLUGIN, *stage.paths, *extra]
