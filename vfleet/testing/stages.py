@@ -254,7 +254,8 @@ def _run_lanes(stage: Stage, lanes: list[tuple[str, ...]], extra: Sequence[str])
                 last = time.monotonic()
                 for i, _lane, log, _cfile, _fh, _proc in procs:
                     if i not in printed:
-                        tail = (log.read_text(errors="replace").strip().splitlines() or [""])[-1][-100:]
+                        # pytest -q writes its dots without a newline: the end of the text, not the last line
+                        tail = " ".join(log.read_text(errors="replace").split())[-100:]
                         print(f"   lane {i + 1} running {wall(time.monotonic() - t0)}: {tail}", flush=True)
         for _i, _lane, _log, cfile, _fh, proc in procs:
             codes.append(proc.returncode)
