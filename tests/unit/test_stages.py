@@ -98,3 +98,19 @@ def test_the_table_has_a_row_per_stage_with_its_time_and_verdict() -> None:
     assert rows[1].split() == ["unit", "7.2", "s", "3", "0", "0", "ok"]
     assert rows[2].startswith("e2e") and "62 min 05 s" in rows[2] and "FAILED: no counts" in rows[2]
     assert stages.wall(59.94) == "59.9 s" and stages.wall(60) == "1 min 00 s"
+
+
+def test_the_e2e_lanes_run_side_by_side_and_every_other_file_after_them() -> None:
+    """Every e2e file is in one lane or in the rest, never two; the lanes are all run side by side (the
+    rest is not mistaken for a lane), and test_newcomer, which stops dockerd, runs after them."""
+    from vfleet.testing import stages as st
+
+    (stage,), _ = st.parse_args(["e2e"])
+    lanes, rest = st._lanes(stage)
+    assert len(lanes) == len(st.LANES["e2e"]) and all(lanes), lanes
+    files = [p for lane in lanes for p in lane] + list(rest)
+    assert len(files) == len(set(files)), files
+    assert set(files) == {str(f.relative_to(st.ROOT)) for f in (st.ROOT / "tests/e2e").glob("test_*.py")}
+    assert rest == ("tests/e2e/test_newcomer.py",)
+    (unit,), _ = st.parse_args(["unit"])
+    assert st._lanes(unit) == ([], ())

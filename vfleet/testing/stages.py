@@ -191,12 +191,13 @@ def parse_args(argv: Sequence[str]) -> tuple[list[Stage], list[str]]:
     return stages, extra
 
 
-def _lanes(stage: Stage) -> list[tuple[str, ...]]:
-    """The stage's lanes (run side by side) and, last, the rest of its files; [] for a stage without lanes."""
+def _lanes(stage: Stage) -> tuple[list[tuple[str, ...]], tuple[str, ...]]:
+    """The stage's lanes (run side by side) and the rest of its files (run after them); ([], ()) for a
+    stage without lanes."""
     lanes = [tuple(p for p in lane if (ROOT / p).is_file()) for lane in LANES.get(stage.name, ())]
     lanes = [lane for lane in lanes if lane]
     if not lanes or stage.paths != STAGES.get(stage.name):
-        return []
+        return [], ()
     taken = {p for lane in lanes for p in lane}
     rest = tuple(
         str(f.relative_to(ROOT))
@@ -204,7 +205,7 @@ def _lanes(stage: Stage) -> list[tuple[str, ...]]:
         for f in sorted((ROOT / folder).glob("test_*.py"))
         if str(f.relative_to(ROOT)) not in taken
     )
-    return [*lanes, rest] if rest else lanes
+    return lanes, rest
 
 
 def _sum(parts: Sequence[Counts | None]) -> Counts | None:
@@ -220,10 +221,11 @@ def _sum(parts: Sequence[Counts | None]) -> Counts | None:
     return out
 
 
-def _run_lanes(stage: Stage, lanes: list[tuple[str, ...]], extra: Sequence[str]) -> StageResult:
+def _run_lanes(
+    stage: Stage, parallel: list[tuple[str, ...]], rest: tuple[str, ...], extra: Sequence[str]
+) -> StageResult:
     """The lanes side by side (each pytest's output to a file, a progress line every LANE_PROGRESS_S, the
     whole output once it ends), then the rest; the stage's counts are their sum."""
-    parallel, rest = lanes[:-1] if len(lanes) > 1 else lanes, lanes[-1:] if len(lanes) > 1 else []
     t0 = time.monotonic()
     counts: list[Counts | None] = []
     codes: list[int] = []
@@ -260,8 +262,8 @@ def _run_lanes(stage: Stage, lanes: list[tuple[str, ...]], extra: Sequence[str])
         for _i, _lane, _log, cfile, _fh, proc in procs:
             codes.append(proc.returncode)
             counts.append(Counts(**json.loads(cfile.read_text())) if cfile.is_file() else None)
-    for lane in rest:
-        r = run_stage(Stage(f"{stage.name} (after the lanes)", lane), extra)
+    if rest:
+        r = run_stage(Stage(f"{stage.name} (after the lanes)", rest), extra)
         codes.append(r.returncode)
         counts.append(r.counts)
     code = next((c for c in codes if c != 0), 0)
@@ -271,9 +273,9 @@ def _run_lanes(stage: Stage, lanes: list[tuple[str, ...]], extra: Sequence[str])
 def run_stage(stage: Stage, extra: Sequence[str]) -> StageResult:
     """One stage's pytest, its output straight to this terminal; the counts its plugin wrote. A stage with
     lanes (LANES) runs them side by side first."""
-    lanes = _lanes(stage)
+    lanes, rest = _lanes(stage)
     if lanes:
-        return _run_lanes(stage, lanes, extra)
+        return _run_lanes(stage, lanes, rest, extra)
     with tempfile.TemporaryDirectory(prefix="vfleet-stage-") as tmp:
         counts_file = Path(tmp) / "counts.json"
         argv = [sys.executable, "-m", "pytest", "-q", "-p", PLUGIN, *stage.paths, *extra]
