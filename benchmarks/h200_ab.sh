@@ -4,7 +4,9 @@
 # the device machine (ports 8000 and 8001, --gpu-memory-utilization $GMU each; the profile's 512-block
 # KV override keeps each server's KV pool at 8,192 tokens whatever the fraction), then
 # `vfleet ab --a graph --b eager --profile llama-1b-random/h200` at the profile's levels (C1, C32).
-# Recorded outputs: tests/fixtures/h200-ab/ (README there).
+# B=bi makes arm B graph mode with VLLM_BATCH_INVARIANT=1 instead (issue 22, item 3: the cost of a
+# batch-invariant server), on port 8001 likewise.
+# Recorded outputs: tests/fixtures/h200-ab/ (README there); B=bi: benchmarks/results/2026-12-04-h200-batch-invariant.md.
 #
 # Staging and the model are benchmarks/h200_verify.sh's (sourced here: stage, setup, profile_env,
 # stop; docs/upstream.md). Steps (arguments, in order):
@@ -32,14 +34,20 @@ URL_B=http://127.0.0.1:8001
 GMU=${GMU:-0.4}
 ROUNDS=${ROUNDS:-12}
 OUTPUT_TOKENS=${OUTPUT_TOKENS:-64}
+B=${B:-eager}
+case $B in
+  eager) B_ARGS=(--enforce-eager) B_ENV=() ;;
+  bi) B_ARGS=() B_ENV=(VLLM_BATCH_INVARIANT=1) ;;
+  *) echo "B=$B: arm B is eager or bi"; exit 2 ;;
+esac
 
 start() {  # start LABEL PORT [extra vllm args...]: the profile's server in its own session
   local label=$1 port=$2; shift 2
   if kill -0 "$(cat "$WORK/server-$label.pid" 2>/dev/null)" 2>/dev/null; then log "server $label already started"; return 0; fi
   local cfg="$WORK/vllm-$label.yaml" logf="$WORK/boot-$label.log"
   eval "$(profile_env "$cfg")"
-  log "serve $label: vllm serve --config $cfg ${NEG[*]} --host 127.0.0.1 --port $port --gpu-memory-utilization $GMU $*"
-  setsid nohup "$PY" -m vllm.entrypoints.cli.main serve --config "$cfg" "${NEG[@]}" --host 127.0.0.1 --port "$port" \
+  log "serve $label: ${B_LABEL_ENV:+$B_LABEL_ENV }vllm serve --config $cfg ${NEG[*]} --host 127.0.0.1 --port $port --gpu-memory-utilization $GMU $*"
+  setsid nohup env ${B_LABEL_ENV:-} "$PY" -m vllm.entrypoints.cli.main serve --config "$cfg" "${NEG[@]}" --host 127.0.0.1 --port "$port" \
     --gpu-memory-utilization "$GMU" "$@" >"$logf" 2>&1 </dev/null &
   echo $! >"$WORK/server-$label.pid"
 }
@@ -67,9 +75,9 @@ serve_both() {
   # meanwhile fails that ("Error in memory profiling"); the graph server has captured its graphs first.
   start ab-graph 8000 || return 1
   wait_until ab-graph "$URL_A" "Graph capturing finished" || return 1
-  start ab-eager 8001 --enforce-eager || return 1
-  wait_until ab-graph "$URL_A" && wait_until ab-eager "$URL_B" || return 1
-  for label in ab-graph ab-eager; do
+  B_LABEL_ENV="${B_ENV[*]}" start "ab-$B" 8001 "${B_ARGS[@]}" || return 1
+  wait_until ab-graph "$URL_A" && wait_until "ab-$B" "$URL_B" || return 1
+  for label in ab-graph "ab-$B"; do
     grep -E "GPU KV cache size|Graph capturing finished|Enforce eager|attention backend|non-default args" \
       "$WORK/boot-$label.log" | cut -c1-300
   done
@@ -82,6 +90,7 @@ run_ab() {
     --output-tokens "$OUTPUT_TOKENS" --out "$OUT/ab" 2>&1 | tee "$OUT/ab-stdout.txt"
   local rc=${PIPESTATUS[0]}
   echo "vfleet ab rc=$rc" | tee -a "$OUT/ab-stdout.txt"
+  cp "$WORK/boot-ab-graph.log" "$WORK/boot-ab-$B.log" "$OUT/"
   return "$rc"
 }
 
@@ -97,7 +106,7 @@ for step in "$@"; do
     setup) setup || rc=1 ;;
     serve) serve_both || rc=1 ;;
     ab) run_ab || rc=1 ;;
-    stop) stop ab-graph; stop ab-eager ;;
+    stop) stop ab-graph; stop "ab-$B" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
   [ $rc -ne 0 ] && break
