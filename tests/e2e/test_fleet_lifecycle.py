@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import os
+import re
 import secrets
 import signal
 import subprocess

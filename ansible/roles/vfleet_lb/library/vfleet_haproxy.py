@@ -176,7 +176,8 @@ def set_state(p, state):
     servers = servers_of(p["socket"], p["backend"])
     if p["server"] not in servers:
         raise LbError(
-            f"HAProxy backend {p['backend']!r} has no server {p['server']} (it has: {', '.join(sorted(servers)) or 'none'}); "
+            f"HAProxy backend {p['backend']!r} has no server {p['server']} "
+            f"(it has: {', '.join(sorted(servers)) or 'none'}); "
             "add the node to the inventory group of the balancer and run lb.yml, or fix the host name"
         )
     answer = runtime(p["socket"], f"set server {p['backend']}/{p['server']} state {state}").strip()

@@ -173,7 +173,8 @@ def read(module, p):
         msg = f"docker container inspect {p['container']} failed: {proc.stderr.strip()[:300]}"
         if not p["docker_down_ok"]:
             module.fail_json(msg=msg)
-        module.exit_json(changed=False, container={}, record=_read_record(_record_path(p)), healthy=False, docker_error=msg)
+        record = _read_record(_record_path(p))
+        module.exit_json(changed=False, container={}, record=record, healthy=False, docker_error=msg)
     healthy = False
     if container:
         try:
