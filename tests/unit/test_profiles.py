@@ -452,3 +452,25 @@ def test_a_family_runtime_file_of_another_shape_is_named(config_tree: ConfigTree
     config_tree.write("platforms/families/rocm.yaml", "runtime: {}\nvllm: {}\n")
     with pytest.raises(ProfileError, match=r"platforms/families/rocm.yaml: expected one mapping"):
         Catalog().platform("mi355x")
+
+
+def _batch_invariant_in_production(cat: Catalog) -> list[str]:
+    return [p.name for p in cat.load_all() if p.production and "VLLM_BATCH_INVARIANT" in p.env]
+
+
+def test_no_production_profile_serves_batch_invariant() -> None:
+    """The decision of docs/boot-verify.md ("Batch invariance: cost and decision"): production profiles do
+    not set VLLM_BATCH_INVARIANT (on one H200 it cost 31-45% of the output throughput, with intervals, and
+    JIT-compiled a kernel after warm-up); gating verification runs on a drained node instead. A profile
+    that sets it must first be measured and the decision written down: this test names it."""
+    cat = Catalog(REPO / "serve_configs")
+    assert any(p.production for p in cat.load_all())
+    offenders = _batch_invariant_in_production(cat)
+    assert offenders == [], f"{offenders} set VLLM_BATCH_INVARIANT: see docs/boot-verify.md before changing this"
+
+
+def test_the_batch_invariance_decision_names_a_profile_that_sets_it(config_tree: ConfigTree) -> None:
+    config_tree.edit(
+        "models/glm-5.3-flash/h200.yaml", lambda d: d.setdefault("env", {}).update({"VLLM_BATCH_INVARIANT": 1})
+    )
+    assert _batch_invariant_in_production(Catalog(config_tree.root)) == ["glm-5.3-flash/h200"]
