@@ -145,8 +145,18 @@ INSPECT_KEEP = {
     "Image": None,
     "Created": None,
     "RestartCount": None,
-    "State": ("Status", "Running", "Paused", "Restarting", "OOMKilled", "Dead", "ExitCode", "Error", "StartedAt",
-              "FinishedAt"),
+    "State": (
+        "Status",
+        "Running",
+        "Paused",
+        "Restarting",
+        "OOMKilled",
+        "Dead",
+        "ExitCode",
+        "Error",
+        "StartedAt",
+        "FinishedAt",
+    ),
     "Config": ("Image", "Labels"),
 }
 
