@@ -1,6 +1,6 @@
 """The ids of the boot-verify checks (the test names of smoke_tests/), kept here once, on the ground floor.
 
-The profile schema validates `verify.not_applicable` against them, and tests/unit/test_verify_checks.py
+The profile schema validates `verify.not_applicable` against them, and tests/unit/judge/test_verify_checks.py
 checks that this list equals what pytest collects from smoke_tests/, and that LOG_CHECKS names the log
 check registry (vfleet.verify.logcheck.REGISTRY, which smoke_tests/test_6_log.py is parametrized by) in
 its order. `test_load[C<n>]` stands for one check per `verify.load.levels` entry.

@@ -2,7 +2,7 @@
 
 Code reads a pin through here (or through `vfleet.paths.versions()`, which finds the file of the vfleet
 home); a copy that has to stay literal (a Dockerfile ARG default, requirements/cpu.txt, the README) is
-compared with this file by tests/unit/test_pins_single_source.py.
+compared with this file by tests/unit/core/test_pins_single_source.py.
 """
 
 from __future__ import annotations

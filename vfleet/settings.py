@@ -2,7 +2,7 @@
 
 Every module reads its variable through `load()` (a fresh read of the environment each call: the CLI,
 the tests and a rollback's plays change it while a process runs), and docs/settings.md's table is
-`table()` (tests/unit/test_docs_tables.py keeps the two equal: `python -m vfleet.settings --docs`).
+`table()` (tests/unit/judge/test_docs_tables.py keeps the two equal: `python -m vfleet.settings --docs`).
 
 A plain pydantic model rather than pydantic-settings: the images install vfleet with --no-deps beside
 vLLM, which does not bring pydantic-settings, and the image entrypoint (`vfleet serve`) reads these

@@ -778,7 +778,7 @@ def test_rollout_refuses_an_image_of_other_serve_profiles_before_any_node_is_tou
     """The image's org.vfleet.profiles.digest label must be the controller's serve_configs digest (the
     copy it renders and boot-verifies with); otherwise the run stops after the pull, before the canary.
     With the right label, every node's container is started with that digest, which the real
-    entrypoint checks against its own copy (tests/unit/test_image_serve.py; the lifecycle test runs it)."""
+    entrypoint checks against its own copy (tests/unit/build/test_image_serve.py; the lifecycle test runs it)."""
     ours = profiles_digest()
     other = "sha256:" + "0" * 64
     refs = {}

@@ -1,4 +1,4 @@
-"""`vfleet serve` as the image runs it: a fresh process with the real CLI (tests/unit/test_image_serve.py
+"""`vfleet serve` as the image runs it: a fresh process with the real CLI (tests/unit/build/test_image_serve.py
 runs the same entrypoint in this process with --dry-run)."""
 
 from __future__ import annotations

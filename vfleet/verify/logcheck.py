@@ -340,7 +340,7 @@ def check_autofit(log: str | ParsedLog) -> Finding:
 # ---------------------------------------------------------------------------------------------------
 # The registry: every log check, once. all_checks runs it in this order, smoke_tests/test_6_log.py is
 # parametrized by it (one test_log[NAME] per entry), and vfleet.checkids.LOG_CHECKS (the ids
-# `verify.not_applicable` accepts) names its entries in order (tests/unit/test_verify_checks.py). Adding a
+# `verify.not_applicable` accepts) names its entries in order (tests/unit/judge/test_verify_checks.py). Adding a
 # check is one entry here and its name there (docs/boot-verify.md, "Adding a log check").
 # ---------------------------------------------------------------------------------------------------
 

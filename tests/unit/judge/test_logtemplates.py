@@ -15,7 +15,7 @@ from vfleet.verify import logcheck, logtemplates
 from vfleet.verify.logparse import parse
 from vfleet.verify.logtemplates import Allowed, Baseline, compare, judge, mask
 
-FIX = Path(__file__).parent.parent / "fixtures"
+FIX = Path(__file__).parents[2] / "fixtures"
 CPU = FIX / "logs" / "cpu_healthy_with_sigterm.log"
 GRAPH = FIX / "h200-verify" / "run1" / "boot-graph.log"
 

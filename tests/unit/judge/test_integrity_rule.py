@@ -22,7 +22,7 @@ from vfleet.verify.cacheprobe import (
     judge_with_rounds,
 )
 
-H200 = Path(__file__).resolve().parents[1] / "fixtures" / "h200-probe"
+H200 = Path(__file__).resolve().parents[2] / "fixtures" / "h200-probe"
 SPEC = IntegritySpec()
 
 
@@ -242,7 +242,7 @@ def test_report_shows_the_noise_floor_next_to_each_gap(tmp_path: Path) -> None:
     from vfleet.verify.model import Report
 
     recorded = (
-        Path(__file__).resolve().parents[1] / "fixtures" / "h200-verify" / "run2" / "verify-graph" / "report.json"
+        Path(__file__).resolve().parents[2] / "fixtures" / "h200-verify" / "run2" / "verify-graph" / "report.json"
     )
     old = Report.load(recorded)
     assert "noise_floor" not in json.dumps(old.dump()["figures"]["integrity"])

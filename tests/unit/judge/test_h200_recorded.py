@@ -12,7 +12,7 @@ import pytest
 from vfleet.profiles import Catalog, Profile
 from vfleet.verify import logcheck
 
-H200 = Path(__file__).resolve().parents[1] / "fixtures" / "h200-verify"
+H200 = Path(__file__).resolve().parents[2] / "fixtures" / "h200-verify"
 
 
 @pytest.fixture(scope="module")

@@ -20,12 +20,12 @@ from vfleet.ab.stats import METRICS, arm_order
 from vfleet.profiles import Catalog
 from vfleet.verify import logcheck
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 H200_AB = FIXTURES / "h200-ab"
 H200_BI = FIXTURES / "h200-bi"
 EAGER_RUNS = ["h200-ab/run1-64tok", "h200-ab/run2-128tok"]
 RUNS = [*EAGER_RUNS, "h200-bi"]
-PROFILE_TREE = Path(__file__).resolve().parents[1] / "fixtures" / "h200-verify" / "serve_configs"
+PROFILE_TREE = Path(__file__).resolve().parents[2] / "fixtures" / "h200-verify" / "serve_configs"
 
 
 def _report(run: str) -> dict[str, Any]:

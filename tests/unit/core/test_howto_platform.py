@@ -92,7 +92,7 @@ def extra_rule() -> Iterator[rules.Rule]:
     rule = rules.Rule(
         id="howto-walk-gfx942-batched-tokens",
         reason="a rule added by the how-to walk",
-        source="tests/unit/test_howto_platform.py",
+        source="tests/unit/core/test_howto_platform.py",
         fix="set vllm.max-num-batched-tokens in models/<model>/gfx942.yaml",
         check=_gfx942_batched_tokens,
     )

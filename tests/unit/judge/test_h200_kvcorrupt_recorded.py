@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SWEEP = ROOT / "tests" / "fixtures" / "h200-kvcorrupt"
 STREAMS = [4, 16]
 CHANGED = re.compile(
