@@ -2,8 +2,10 @@
 unpatched and the patched tree, and check the outcome of each: the unpatched tree must show seed 003's
 corruption and the out-of-range write, the patched one neither. Needs torch + triton only.
 
-    python tests/kernels/device_check.py BASE_TREE PATCHED_TREE
+    python tests/kernels/device_check.py BASE_TREE PATCHED_TREE [--seed003-upstream]
 Exit 0 when both trees behave as expected; prints a table and one JSON line per tree.
+--seed003-upstream: the base carries seed 003's fix (0001) itself (vLLM 0.34.0: #57477), so its
+unpatched tree must pass (a) too; only (d), the 0004 guard, must differ between the two trees.
 """
 
 from __future__ import annotations
@@ -17,14 +19,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def expectations(result: dict, fixed: bool) -> list[str]:
-    """Problems (empty: as expected), the same assertions as test_kpool_seed_kernel.py."""
+def expectations(result: dict, fixed: bool, seed003_fixed: bool | None = None) -> list[str]:
+    """Problems (empty: as expected), the same assertions as test_kpool_seed_kernel.py. SEED003_FIXED
+    (default: FIXED) is whether (a) must pass on this tree."""
     bad = []
+    a_fixed = fixed if seed003_fixed is None else seed003_fixed
     for case in result["padded_stride"]:
         ok = case["own_block_seeded"] and case["foreign_bytes_changed"] == 0
-        if fixed and not ok:
+        if a_fixed and not ok:
             bad.append(f"(a) block {case['block']}: wrote outside its own tail block: {case}")
-        if not fixed and (ok or case["changed_ranges"][0][0] != case["block"] * 2048):
+        if not a_fixed and (ok or case["changed_ranges"][0][0] != case["block"] * 2048):
             bad.append(f"(a) block {case['block']}: seed 003 corruption not reproduced: {case}")
     oor = result["out_of_range"]
     if fixed and oor["bytes_changed"] != 0:
@@ -35,7 +39,10 @@ def expectations(result: dict, fixed: bool) -> list[str]:
 
 
 def main() -> int:
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    upstream = "--seed003-upstream" in args
+    args = [a for a in args if a != "--seed003-upstream"]
+    if len(args) != 2:
         print(__doc__, file=sys.stderr)
         return 2
     if os.environ.get("TRITON_INTERPRET"):
@@ -49,7 +56,7 @@ def main() -> int:
         return 2
     print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; triton {triton.__version__}")
     failed = 0
-    for label, tree, fixed in (("unpatched", sys.argv[1], False), ("patched", sys.argv[2], True)):
+    for label, tree, fixed in (("unpatched", args[0], False), ("patched", args[1], True)):
         proc = subprocess.run(
             [sys.executable, str(HERE / "kpool_seed_probe.py"), "--tree", tree, "--device", "cuda"],
             capture_output=True,
@@ -72,8 +79,8 @@ def main() -> int:
             f"{label:<9} (d) tail block {oor['block']} past a {oor['view_blocks']}-block view: "
             f"bytes changed={oor['bytes_changed']}"
         )
-        problems = expectations(result, fixed)
-        want = "fixed" if fixed else "bug reproduced"
+        problems = expectations(result, fixed, True if upstream else None)
+        want = "fixed" if fixed else ("(a) fixed upstream, (d) reproduced" if upstream else "bug reproduced")
         print(f"{'PASS' if not problems else 'FAIL'} {label}: expected {want}" + "".join(f"\n  {p}" for p in problems))
         print("JSON " + json.dumps(result))
         failed += bool(problems)
