@@ -36,13 +36,6 @@ CONTROL=$WORK/kvcorrupt.conf
 PLUGIN=$WORK/kvplugin
 CONF_DIR=/models/llama-1b-confident
 
-running() {  # the label of the server this machine runs, if any
-  for l in random conf; do
-    kill -0 "$(cat "$WORK/server-$l.pid" 2>/dev/null)" 2>/dev/null && { echo "$l"; return 0; }
-  done
-  return 1
-}
-
 confident() {
   "$PY" - "$MODEL_DIR" "$CONF_DIR" "$CONFIDENT" <<'PYEOF' 2>&1 | tail -3
 import shutil, sys
@@ -65,7 +58,7 @@ PYEOF
 
 serve_plugged() {  # serve_plugged LABEL [extra vllm args]: the profile in graph mode with the plugin loaded
   local other
-  other=$(running) && stop "$other"
+  other=$(running random conf) && stop "$other"
   echo "mode=off" >"$CONTROL"
   "$PY" -c "import sys; sys.path.insert(0, '$REPO/tests'); from pathlib import Path; from kvcorrupt.plugin import plugin_path; plugin_path(Path('$PLUGIN'))"
   PYTHONPATH="$PLUGIN:$PYTHONPATH" VFLEET_KVCORRUPT_FILE=$CONTROL serve "$1" --num-gpu-blocks-override "$POOL_BLOCKS" "${@:2}"
@@ -73,7 +66,7 @@ serve_plugged() {  # serve_plugged LABEL [extra vllm args]: the profile in graph
 
 sweep() {
   local label
-  label=$(running) || { log "no server runs: start one with random or conf"; return 1; }
+  label=$(running random conf) || { log "no server runs: start one with random or conf"; return 1; }
   for n in $STREAMS; do
     log "sweep: bench_kv_corruption.py --url $URL --streams $n --trials $TRIALS --clean $CLEAN --label $label-c$n"
     timeout 560 "$PY" benchmarks/bench_kv_corruption.py --url "$URL" --profile "$PROFILE" --control "$CONTROL" \
@@ -93,7 +86,7 @@ for step in "$@"; do
     random) serve_plugged random || rc=1 ;;
     conf) serve_plugged conf --model "$CONF_DIR" || rc=1 ;;
     sweep) sweep || rc=1 ;;
-    stop) label=$(running) && stop "$label" ;;
+    stop) label=$(running random conf) && stop "$label" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
   [ $rc -ne 0 ] && break

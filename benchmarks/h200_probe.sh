@@ -35,16 +35,9 @@ RUNS=${RUNS:-12}
 POOL_BLOCKS=${POOL_BLOCKS:-2048}
 POOL_ARGS=(--num-gpu-blocks-override "$POOL_BLOCKS")
 
-running() {  # the label of the server this machine runs, if any
-  for l in graph bi; do
-    kill -0 "$(cat "$WORK/server-$l.pid" 2>/dev/null)" 2>/dev/null && { echo "$l"; return 0; }
-  done
-  return 1
-}
-
 noise() {
   local label
-  label=$(running) || { log "no server runs: start one with graph or bi"; return 1; }
+  label=$(running graph bi) || { log "no server runs: start one with graph or bi"; return 1; }
   for n in $STREAMS; do
     log "noise: bench_probe_noise.py --url $URL --profile $PROFILE --streams $n --runs $RUNS --label $label-c$n"
     timeout 400 "$PY" benchmarks/bench_probe_noise.py --url "$URL" --profile "$PROFILE" --streams "$n" \
@@ -54,7 +47,7 @@ noise() {
 }
 
 bi() {
-  if [ "$(running)" = graph ]; then stop graph; fi
+  if [ "$(running graph bi)" = graph ]; then stop graph; fi
   export VLLM_BATCH_INVARIANT=1
   serve bi "${POOL_ARGS[@]}" || return 1
   grep -iE "batch.?invariant" "$WORK/boot-bi.log" | head -5 | cut -c1-300
@@ -62,7 +55,7 @@ bi() {
 
 stop_running() {
   local label
-  label=$(running) && stop "$label"
+  label=$(running graph bi) && stop "$label"
   return 0
 }
 

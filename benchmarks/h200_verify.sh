@@ -183,6 +183,14 @@ serve() {  # serve LABEL [extra vllm args...]: start vLLM (own session, survives
   grep -E "GPU KV cache size|Graph capturing finished|Enforce eager|attention backend|non-default args" "$logf" | cut -c1-300
 }
 
+running() {  # running LABEL...: the first LABEL whose server (started by serve) this machine runs
+  local l
+  for l in "$@"; do
+    kill -0 "$(cat "$WORK/server-$l.pid" 2>/dev/null)" 2>/dev/null && { echo "$l"; return 0; }
+  done
+  return 1
+}
+
 stop() {  # stop LABEL: SIGTERM the server we started (its process group), wait for it
   local label=$1 pid
   pid=$(cat "$WORK/server-$label.pid" 2>/dev/null) || return 0
