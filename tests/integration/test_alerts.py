@@ -17,8 +17,8 @@ import pytest
 import yaml
 from conftest import REPO, ConfigTree
 
-from vfleet import monitoring
-from vfleet.monitoring import DEFAULT_BOUNDS, Fleet, rules, runner
+from vfleet import host, monitoring
+from vfleet.monitoring import DEFAULT_BOUNDS, Fleet, rules
 
 MON = REPO / "monitoring"
 RULES = MON / monitoring.RULES_FILE
@@ -256,7 +256,8 @@ def test_latency_bounds_sit_on_bucket_edges() -> None:
 
 
 def test_missing_promtool_without_root_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner.shutil, "which", lambda _name: None)
-    monkeypatch.setattr(runner.os, "geteuid", lambda: 1000)
+    # promtool is found and installed through vfleet.host, as every package vfleet needs
+    monkeypatch.setattr(host.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(host.os, "geteuid", lambda: 1000)
     with pytest.raises(monitoring.PromtoolError, match="apt-get install -y prometheus"):
         monitoring.ensure_promtool()
