@@ -2,8 +2,9 @@
 
 Each check returns a `Finding`: ``ok`` (True, False, or None when the check does not apply to the
 profile, with the reason) and a message that says what was expected and what was seen. Lines are
-matched as families, so the wording of vLLM 0.26-0.33 (with or without the `(Proc pid=N)` prefix,
-`GPU`/`CPU` KV cache, 0.30 and 0.33 auto-fit texts) is all recognised.
+matched as families, so the wording of vLLM 0.26-0.34 (with or without the `(Proc pid=N)` prefix,
+`GPU`/`CPU` KV cache, the 0.30, 0.33 and 0.34 auto-fit texts) is all recognised. Where each line the
+checks read is printed, per base, is vfleet.verify.logwording.WORDING.
 
 The fault check denies by default: every ERROR/CRITICAL record, every traceback and every line of a
 fault family (vfleet.verify.logrules.FAMILIES), and every access line answering 5xx, fails it unless
@@ -81,7 +82,10 @@ __all__ = [
     "ACCESS_RE",
     "ALLOW",
     "ANSI_RE",
+    "AUTOFIT_FINAL_RE",
     "AUTOFIT_RE",
+    "AUTOFIT_SETTLED_RE",
+    "AUTOFIT_TENTATIVE_RE",
     "BACKEND_RE",
     "CHAINED_RE",
     "CLIENT_ERRORINFO_RE",
@@ -122,6 +126,7 @@ __all__ = [
     "ParsedLog",
     "all_checks",
     "attention_backends",
+    "autofit_reductions",
     "check_attention_backend",
     "check_autofit",
     "check_faults",
@@ -136,6 +141,13 @@ __all__ = [
 BACKEND_RE = re.compile(r"Using (?:[\w-]+ )?['\"]?([A-Z][A-Z0-9_]+)['\"]? (?:attention )?backend")
 KV_RE = re.compile(r"(GPU|CPU|XPU) KV cache size: ([\d,]+) tokens")
 AUTOFIT_RE = re.compile(r"Auto-fit max_model_len: reduced from ([\d,]+) to ([\d,]+)")
+# vLLM 0.34 with the extensible KV cache (its default on CUDA and ROCm) fits the length twice: before
+# graph capture and warm-up, tentatively (the line ends with AUTOFIT_TENTATIVE_RE), and again after
+# them. The second fit says either that the length stays (AUTOFIT_SETTLED_RE) or that it was cut
+# (AUTOFIT_FINAL_RE, which is also 0.34's only wording of a reduction without the extensible cache).
+AUTOFIT_FINAL_RE = re.compile(r"--max-model-len auto reduced max_model_len from ([\d,]+) to ([\d,]+)")
+AUTOFIT_TENTATIVE_RE = re.compile(r"the final length is set after CUDA graph capture and warmup")
+AUTOFIT_SETTLED_RE = re.compile(r"Auto-fit max_model_len: using max_model_len=([\d,]+), which fits")
 
 
 @dataclass(frozen=True)
@@ -322,15 +334,43 @@ def check_kv_tokens(log: str | ParsedLog, verify: Verify) -> Finding:
     return _closed(finding, parsed)
 
 
+def autofit_reductions(log: str | ParsedLog) -> list[tuple[int, int, bool]]:
+    """Every auto-fit reduction the log states, in order: (from, to, final), where final marks 0.34's
+    re-fit after graph capture and warm-up."""
+    found: list[tuple[int, int, bool]] = []
+    for ln in as_log(log).lines:
+        for rx, final in ((AUTOFIT_RE, False), (AUTOFIT_FINAL_RE, True)):
+            m = rx.search(ln.msg)
+            if m:
+                found.append((_num(m.group(1)), _num(m.group(2)), final))
+    return found
+
+
 def check_autofit(log: str | ParsedLog) -> Finding:
+    """No auto-fit reduction of max_model_len. The reduction reported runs from the first length asked
+    for to the last one fitted (on 0.34 a tentative fit can be cut again after warm-up). A tentative
+    fit with no later final line fails closed: the length the server runs is not in the log."""
     parsed = as_log(log)
-    m = AUTOFIT_RE.search(parsed.plain)
-    if m:
+    cuts = autofit_reductions(parsed)
+    tentative = next((ln for ln in parsed.lines if AUTOFIT_TENTATIVE_RE.search(ln.msg)), None)
+    settled = tentative is not None and any(
+        AUTOFIT_SETTLED_RE.search(ln.msg) or AUTOFIT_FINAL_RE.search(ln.msg) for ln in parsed.lines[tentative.pos + 1 :]
+    )
+    if cuts:
+        first, last = cuts[0], cuts[-1]
+        when = " after CUDA graph capture and warm-up" if last[2] else ""
         finding = Finding(
             "autofit",
             False,
-            f"expected no auto-fit reduction; saw max_model_len reduced from {_num(m.group(1)):,} "
-            f"to {_num(m.group(2)):,}",
+            f"expected no auto-fit reduction; saw max_model_len reduced from {first[0]:,} to {last[1]:,}{when}",
+        )
+    elif tentative is not None and not settled:
+        finding = Finding(
+            "autofit",
+            False,
+            f"expected the final max_model_len after a tentative auto-fit (line {tentative.no}: vLLM fits it "
+            "again after CUDA graph capture and warm-up); saw no final length line, so a reduction cannot be "
+            "ruled out",
         )
     else:
         finding = Finding("autofit", True, "no auto-fit reduction")

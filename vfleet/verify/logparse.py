@@ -57,7 +57,7 @@ EXCEPTION_RE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?:: ?(?P<message>.*))?$")
 VERSION_RES = (
     re.compile(r"\bversion (\d+)\.(\d+)\.\d+\S*\s*$"),  # the start-up banner
     re.compile(r"Initializing a V1 LLM engine \(v(\d+)\.(\d+)\.\d+"),
-    re.compile(r"vLLM API server version (\d+)\.(\d+)\.\d+"),
+    re.compile(r"vLLM (?:API )?server version (\d+)\.(\d+)\.\d+"),  # the banner without its logo (0.30, 0.34)
 )
 READY_RE = re.compile(r"Application startup complete\.|Starting vLLM server on ")
 # Terminal color and cursor codes (CSI sequences): vLLM's ColoredFormatter and process prefix, uvicorn's
