@@ -18,7 +18,9 @@ import yaml
 from conftest import REPO, ConfigTree
 
 from vfleet import host, monitoring
-from vfleet.monitoring import DEFAULT_BOUNDS, Fleet, rules
+from vfleet.monitoring import DEFAULT_BOUNDS, Fleet, registry, rules
+from vfleet.patchset.fetch import fetch_base
+from vfleet.pins import load as load_pins
 
 MON = REPO / "monitoring"
 RULES = MON / monitoring.RULES_FILE
@@ -187,6 +189,68 @@ def test_dashboard_uses_only_recorded_metric_names() -> None:
     assert _unknown([wrong], recorded) == {"vllm:time_per_output_token_seconds_bucket"}
 
 
+# -- every base's metric registry (issue 24) ----------------------------------------------------------
+
+BASES = list(load_pins(REPO / "versions.json").bases)
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_rules_dashboard_and_verify_use_only_names_the_base_declares(base: str) -> None:
+    """Every metric the rules, the dashboard and boot-verify read is declared in the base's source (its
+    pinned wheel): a base that drops or renames one fails here, naming it."""
+    declared = registry.declared(fetch_base(base, say=lambda m: None))
+    served = registry.series(declared)
+    exprs = [r["expr"] for r in _rules()] + _dashboard_exprs()
+    assert not _unknown(exprs, served), base
+    # the names vfleet.monitoring.rules and boot-verify's metric reads (vfleet/verify/metrics.py) hold
+    names = {
+        m for path in [*(REPO / "vfleet").rglob("*.py"), *(REPO / "smoke_tests").rglob("*.py")]
+        for m in re.findall(r"[\"'](vllm:[a-z_:]+)[\"']", path.read_text())
+    }  # fmt: skip
+    assert {"vllm:cache_config_info", rules.TTFT} <= names and len(names) >= 14, names
+    assert not names - served - set(declared), (base, names - served - set(declared))
+    # The check can fail: older vLLM's TPOT histogram is declared by no base.
+    assert _unknown(["rate(vllm:time_per_output_token_seconds_bucket[5m])"], served) == {
+        "vllm:time_per_output_token_seconds_bucket"
+    }
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_latency_bounds_sit_on_the_default_bucket_edges_of_every_base(base: str) -> None:
+    tree = fetch_base(base, say=lambda m: None)
+    ttft = registry.default_buckets(tree, "time_to_first_token")
+    itl = registry.default_buckets(tree, "inter_token_latency")  # TPOT's histogram uses these edges too
+    assert DEFAULT_BOUNDS.ttft_max_s in ttft, (base, ttft)
+    assert DEFAULT_BOUNDS.tpot_max_s in itl, (base, itl)
+
+
+def test_the_registry_reader_finds_each_kind_and_its_series(tmp_path: Path) -> None:
+    """`declared` on a small tree: a counter, a gauge, a histogram and an info gauge, as vLLM writes them."""
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "m.py").write_text(
+        "c = self._counter_cls(name=\"vllm:prompt_tokens\", documentation='x')\n"
+        'g = self._gauge_cls(name="vllm:num_requests_running")\n'
+        'h = self._histogram_cls(name="vllm:time_to_first_token_seconds", buckets=[1.0])\n'
+        'name = "vllm:cache_config_info"\n'
+        'other = f(name="vllm:not_a_metric")\n'
+    )
+    found = registry.declared(tmp_path)
+    assert found == {
+        "vllm:prompt_tokens": "counter",
+        "vllm:num_requests_running": "gauge",
+        "vllm:time_to_first_token_seconds": "histogram",
+        "vllm:cache_config_info": "gauge",
+    }
+    assert registry.series(found) == {
+        "vllm:prompt_tokens_total",
+        "vllm:num_requests_running",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:time_to_first_token_seconds_sum",
+        "vllm:time_to_first_token_seconds_count",
+        "vllm:cache_config_info",
+    }
+
+
 def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
     """promtool parses every dashboard query (as a recording rule, Grafana's variables filled in)."""
     filled = [
@@ -240,6 +304,35 @@ def test_prefix_cache_alert_follows_the_profiles(config_tree: ConfigTree) -> Non
         [sys.executable, "-m", "vfleet", "alerts", "--check"], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 1 and "out of date" in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_custom_buckets_off_an_alert_bound_are_refused(config_tree: ConfigTree) -> None:
+    """vLLM 0.34's `--custom-histogram-buckets` can move the edges the latency alerts read: a profile
+    whose TTFT edges leave out the alert's bound stops `vfleet alerts`, naming the profile, the family and
+    the fix; edges that keep the bound are accepted."""
+
+    def edges(values: list[float]) -> Any:
+        def edit(d: dict[str, Any]) -> None:
+            d["vllm"]["custom-histogram-buckets"] = {"time_to_first_token": values}
+
+        return edit
+
+    config_tree.edit("models/glm-5.3-flash/model.yaml", edges([0.5, 1.0, 5.0, 20.0]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "vfleet", "alerts", "--check"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "vllm.custom-histogram-buckets.time_to_first_token has no edge at 10 s" in proc.stderr, proc.stderr
+    assert "glm-5.3-flash/" in proc.stderr and "add 10 to its edges" in proc.stderr
+    config_tree.edit("models/glm-5.3-flash/model.yaml", edges([0.5, 1.0, 5.0, 10.0, 20.0]))
+    assert Fleet.from_profiles().prefix_cached == ["glm-5.3-flash", "tiny"]
+    # the command line's form, a JSON object, is read too; text that is neither is refused, not skipped
+    assert rules.bucket_edge_problems("p", {"custom-histogram-buckets": '{"time_to_first_token": [1, 10]}'}) == []
+    assert (
+        "has no edge at 10 s"
+        in rules.bucket_edge_problems("p", {"custom-histogram-buckets": '{"time_to_first_token": [1, 20]}'})[0]
+    )
+    assert "is not a mapping" in rules.bucket_edge_problems("p", {"custom-histogram-buckets": "ttft=1,10"})[0]
 
 
 def test_cli_check_passes_on_the_committed_files() -> None:

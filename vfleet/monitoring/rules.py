@@ -4,12 +4,14 @@ profiles, and the rules themselves (vllm-alerts.yml). Part of vfleet.monitoring 
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
+from vfleet.errors import VfleetError
 from vfleet.profiles import Catalog
 
 #: The Prometheus scrape job of the vLLM servers (port 8000, path /metrics); every rule selects it.
@@ -108,9 +110,48 @@ class Fleet:
     @classmethod
     def from_profiles(cls, catalog: Catalog | None = None) -> Fleet:
         profiles = (catalog or Catalog()).load_all()
+        problems = [m for p in profiles for m in bucket_edge_problems(p.name, p.vllm)]
+        if problems:
+            raise VfleetError("; ".join(problems))
         models = sorted({p.served_model_name() for p in profiles})
         cached = sorted({p.served_model_name() for p in profiles if p.verify.prefix_cache})
         return cls(models=models, prefix_cached=cached)
+
+
+#: The histogram families (vLLM's `--custom-histogram-buckets` keys) whose edges a latency bound must sit on.
+BOUND_FAMILIES: tuple[tuple[str, str, str], ...] = (
+    ("time_to_first_token", "ttft_max_s", TTFT),
+    ("inter_token_latency", "tpot_max_s", TPOT),
+)
+
+
+def bucket_edge_problems(profile: str, vllm: dict[str, Any], b: Bounds = DEFAULT_BOUNDS) -> list[str]:
+    """A profile whose `custom-histogram-buckets` (vLLM 0.34) moves the edges of a histogram the latency
+    alerts read must keep the alert's bound as an edge: histogram_quantile interpolates between edges,
+    so a bound off them is compared with a guess."""
+    custom = vllm.get("custom-histogram-buckets") or vllm.get("custom_histogram_buckets")
+    if custom is None:
+        return []
+    if isinstance(custom, str):  # the form vLLM's command line takes: a JSON object
+        try:
+            custom = json.loads(custom)
+        except ValueError:
+            custom = None
+    if not isinstance(custom, dict):
+        return [
+            f"{profile}: vllm.custom-histogram-buckets is not a mapping of family to edges (YAML, or a JSON "
+            "object as vLLM's --custom-histogram-buckets takes), so the alert bounds cannot be checked against it"
+        ]
+    out: list[str] = []
+    for family, attr, metric in BOUND_FAMILIES:
+        edges = custom.get(family)
+        bound = getattr(b, attr)
+        if edges is not None and bound not in [float(e) for e in edges]:
+            out.append(
+                f"{profile}: vllm.custom-histogram-buckets.{family} has no edge at {bound:g} s, the bound of the "
+                f"alert on {metric}; add {bound:g} to its edges (docs/monitoring.md) or leave the family out"
+            )
+    return out
 
 
 def _regex(names: list[str]) -> str:
