@@ -1,4 +1,4 @@
-"""2.1: /health, /v1/models (served name, max_model_len), /version against the image manifest."""
+"""2.1: /health, /v1/models (served name, max_model_len), /version against the image's vLLM base label."""
 
 from __future__ import annotations
 
@@ -8,29 +8,55 @@ from typing import Any
 
 import pytest
 
+from vfleet.images.refs import LABEL
 from vfleet.paths import versions
 from vfleet.verify.target import Target, docker_where
 
+#: The image label that names the vLLM base an image was built on (images/Dockerfile.*).
+VLLM_LABEL = f"{LABEL}.vllm.version"
+
+
+def _docker(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=60, check=False)
+
 
 def _expected_version(target: Target) -> tuple[str, str]:
-    """The vLLM version the image manifest pins: the container's /etc/vfleet/versions.json when a
-    container is given (on DOCKER_HOST when set), else the checkout's versions.json (the file every
-    image bakes in)."""
-    if target.container:
-        proc = subprocess.run(
-            ["docker", "exec", target.container, "cat", "/etc/vfleet/versions.json"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+    """The vLLM version the server must report. With a container (on DOCKER_HOST when set): the base its
+    image was built on, from the image's label, which a 0.30.0 and a 0.34.0 image of one checkout carry
+    apart; an image without the label (built before it existed) falls back to the manifest it bakes in,
+    /etc/vfleet/versions.json. The two must agree when both are there. Without a container: the
+    checkout's versions.json (its default base)."""
+    if not target.container:
+        return str(versions()["vllm"]["version"]), "versions.json"
+    where = docker_where()
+    # The image's own label, not the container's: `docker run --label` can set a container label to
+    # anything, while the image's labels are part of its ID.
+    proc = _docker("container", "inspect", "--format", "{{.Image}}", target.container)
+    image = proc.stdout.strip()
+    if proc.returncode == 0 and image:
+        proc = _docker("image", "inspect", "--format", "{{json .Config.Labels}}", image)
+    if proc.returncode != 0:
+        pytest.fail(
+            f"expected container {target.container} and its image ({where}); `docker inspect` said: "
+            f"{proc.stderr.strip()[:300]}"
         )
-        if proc.returncode != 0:
-            pytest.fail(
-                f"expected the image manifest /etc/vfleet/versions.json in container {target.container} "
-                f"({docker_where()}); `docker exec` said: {proc.stderr.strip()[:300]}"
-            )
-        return str(json.loads(proc.stdout)["vllm"]["version"]), f"{target.container}:/etc/vfleet/versions.json"
-    return str(versions()["vllm"]["version"]), "versions.json"
+    label = (json.loads(proc.stdout or "null") or {}).get(VLLM_LABEL)
+    proc = _docker("exec", target.container, "cat", "/etc/vfleet/versions.json")
+    pins = json.loads(proc.stdout) if proc.returncode == 0 else None
+    manifest = str(pins["vllm"]["version"]) if pins else None
+    if label is None and manifest is None:
+        pytest.fail(
+            f"expected the vLLM base of container {target.container} ({where}) in its image label {VLLM_LABEL} or "
+            f"its manifest /etc/vfleet/versions.json; it has neither (`docker exec` said: {proc.stderr.strip()[:200]})"
+        )
+    if label is None:
+        return str(manifest), f"{target.container}:/etc/vfleet/versions.json (its image has no {VLLM_LABEL} label)"
+    if pins is not None and label != manifest and label not in (pins.get("bases") or {}):
+        pytest.fail(
+            f"container {target.container}: its image's label {VLLM_LABEL}={label} names a base its manifest "
+            "/etc/vfleet/versions.json does not know: the image was built or labelled wrongly"
+        )
+    return str(label), f"the label {VLLM_LABEL} of the image of container {target.container}"
 
 
 def test_health(target: Target) -> None:

@@ -107,3 +107,49 @@ def test_make_boot_verify_with_env_file_and_no_key_exported(served: ContainerSer
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert json.loads((out / "report.json").read_text())["passed"]
+
+
+@pytest.mark.parametrize(
+    ("label", "words"),
+    [
+        ("0.34.0", "expected vLLM 0.34.0 (the label org.vfleet.vllm.version of the image of container"),
+        ("0.99.0", "org.vfleet.vllm.version=0.99.0 names a base its manifest /etc/vfleet/versions.json does not know"),
+    ],
+)
+def test_version_is_judged_by_the_image_label_of_the_base(
+    served: ContainerServer, tmp_path: Path, label: str, words: str
+) -> None:
+    """/version is compared with the base the container's image label names (issue 24): an image made
+    from the CPU image with only its label changed (one LABEL line, no layer) says 0.34.0, a base
+    versions.json knows, and fails against the 0.30.0 server; one naming an unknown base fails as
+    mislabelled. A container label set by `docker run --label` is not read: the run below sets one that
+    agrees with the server, and the check still fails. The container only sleeps (the check reads its
+    image's labels and its manifest); the server is the real one the module serves."""
+    from vfleet.dockerd import docker
+
+    tag = f"vfleet-test-version-label:{label.replace('.', '-')}"
+    name = f"vfleet-test-version-label-{label.replace('.', '-')}"
+    docker("rm", "-f", name, check=False)
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text(
+        f"FROM {served.image}\nLABEL org.vfleet.vllm.version={label} org.vfleet.managed=true\n"
+    )
+    docker("build", "--quiet", "--tag", tag, str(tmp_path / "ctx"))
+    try:
+        docker(
+            "run", "--detach", "--name", name, "--label", "org.vfleet.managed=true", "--label",
+            "org.vfleet.vllm.version=0.30.0", "--entrypoint", "sleep", tag, "600",
+        )  # fmt: skip
+        out = tmp_path / "r"
+        proc = subprocess.run(
+            [sys.executable, "-m", "vfleet", "verify", "--url", served.url, "--profile", PROFILE,
+             "--container", name, "--out", str(out), "-k", "test_version"],
+            capture_output=True, text=True, timeout=300, check=False,
+            env={**_without_key(), "VLLM_API_KEY": served.api_key},
+        )  # fmt: skip
+    finally:
+        docker("rm", "-f", name, check=False)
+        docker("rmi", tag, check=False)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    check = next(c for c in json.loads((out / "report.json").read_text())["checks"] if c["name"] == "test_version")
+    assert check["outcome"] == "failed" and words in check["message"], check
