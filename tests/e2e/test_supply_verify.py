@@ -42,8 +42,9 @@ def signed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     for ref, variant in ((REF_A, "a"), (REF_B, "b")):
         build_small_image(tmp / f"ctx-{variant}", ref, variant)
     store = tmp / "store"
+    labels = images.build_labels(ROOT)  # what `vfleet image build` passes: the base (VLLM_VERSION) among them
     for ref in (REF_A, REF_B):
-        attest_build(ref, "cpu", ROOT, images.base_ref(), wheels, store, {}, sign_key=priv, audit=False)
+        attest_build(ref, "cpu", ROOT, images.base_ref(), wheels, store, labels, sign_key=priv, audit=False)
     yield {"tmp": tmp, "store": store, "priv": priv, "pub": pub}
     remove_images(REF_A, REF_B)
 

@@ -61,9 +61,10 @@ VULNERABLE = {
 CLEAN = {"dependencies": [{"name": "httpx", "version": "0.28.1", "vulns": []}]}
 
 
-def signed_record(tmp: Path, report: dict[str, Any]) -> tuple[Path, list[Any]]:
+def signed_record(tmp: Path, report: dict[str, Any], vllm_base: str | None = None) -> tuple[Path, list[Any]]:
     """A store holding IDENT's record with REPORT as its vulnerability report, signed for IDENT's digest;
-    and the trusted keys."""
+    and the trusted keys. VLLM_BASE: the base the build labels name (default: the default base), with its
+    base image and series."""
     tmp.mkdir(parents=True, exist_ok=True)
     priv, pub = make_key(tmp, "release")
     store = tmp / "store"
@@ -71,11 +72,15 @@ def signed_record(tmp: Path, report: dict[str, Any]) -> tuple[Path, list[Any]]:
     rec.mkdir(parents=True)
     (rec / SBOM).write_text(json.dumps({"bomFormat": "CycloneDX", "components": []}))
     (rec / VULNS).write_text(json.dumps(report, indent=1))
-    base = f"{load_pins(ROOT / 'versions.json').base_images['cuda'].ref}@sha256:{'3' * 64}"
-    mats = prov.materials(ROOT, "cuda", base, None)
+    pinned = load_pins(ROOT / "versions.json")
+    vllm_base = vllm_base or pinned.vllm_version
+    known = pinned.bases.get(vllm_base)
+    image = (known.base_images if known else pinned.base_images)["cuda"].ref
+    base = f"{image}@sha256:{'3' * 64}"
+    mats = prov.materials(ROOT, "cuda", base, None, vllm_base if known else None)
     products = [byproduct("sbom", rec / SBOM, "application/json"), byproduct("vulnerabilities", rec / VULNS, "x")]
     subject = prov.subject_of(IDENT.name, IDENT.digest, IDENT.image_id, IDENT.kind)
-    stmt = prov.statement(subject, "cuda", mats, products, {})
+    stmt = prov.statement(subject, "cuda", mats, products, {"VLLM_VERSION": vllm_base})
     (rec / STATEMENT).write_text(json.dumps(stmt))
     env = envelope_path(store, IMAGE_ID, IDENT.digest)
     env.parent.mkdir()
@@ -83,8 +88,15 @@ def signed_record(tmp: Path, report: dict[str, Any]) -> tuple[Path, list[Any]]:
     return store, [prov.load_public_key(pub)]
 
 
-def run(tmp: Path, report: dict[str, Any], *, production: bool = True, policy: str | None = None) -> Result:
-    store, keys = signed_record(tmp, report)
+def run(
+    tmp: Path,
+    report: dict[str, Any],
+    *,
+    production: bool = True,
+    policy: str | None = None,
+    vllm_base: str | None = None,
+) -> Result:
+    store, keys = signed_record(tmp, report, vllm_base)
     path = None
     if policy is not None:
         path = tmp / "policy.yaml"
@@ -116,6 +128,19 @@ def test_a_vulnerable_image_fails_the_production_default_with_the_ids_and_the_fi
     assert "PYSEC-2099-1 in urllib3 2.2.1 (unknown-severity; no fixed version known)" in msg
     assert "upgrade" in msg and "allow entry (id, reason, expires: YYYY-MM-DD)" in msg
     assert f"FAIL under the production policy ({ROOT / vpolicy.POLICY_FILE})" in msg  # where the rule came from
+
+
+def test_an_image_of_each_known_base_passes_and_an_unknown_base_is_refused(tmp_path: Path) -> None:
+    """Issue 24, item 5: the gate takes the image's vLLM base from its signed build labels. An image of
+    any base this checkout's versions.json knows passes, checked against that base's base image and
+    series; one built on a base the checkout does not know is refused, naming the base and the fix."""
+    for i, known in enumerate(load_pins(ROOT / "versions.json").bases):
+        res = run(tmp_path / f"k{i}", _summarise({"service": "pypi"}, CLEAN), vllm_base=known)
+        assert res.ok, (known, res.reason)
+    res = run(tmp_path / "u", _summarise({"service": "pypi"}, CLEAN), vllm_base="0.99.0")
+    assert not res.ok and res.checks[-1].name == "materials"
+    assert "built on vLLM 0.99.0, a base this checkout's versions.json does not know" in res.reason
+    assert "update the controller's checkout" in res.reason
 
 
 def allow(entries: list[tuple[str, dt.date]], extra: str = "") -> str:

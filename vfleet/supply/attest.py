@@ -61,7 +61,7 @@ def attest_build(
     store.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=store))
     try:
-        mats = prov.materials(context, family, base, wheels)
+        mats = prov.materials(context, family, base, wheels, labels.get("VLLM_VERSION"))
         t0 = time.monotonic()
         bom = make_sbom(ref)
         (work / SBOM).write_text(json.dumps(bom, indent=1) + "\n")

@@ -192,9 +192,21 @@ def material_problems(stmt: dict[str, Any], home: Path, *, allow_standin: bool =
     pinned = pins.load(home / "versions.json")
     if family not in pinned.base_images:
         return [f"unknown family {family!r}"]
+    # The vLLM base the image was built on, as its signed build labels name it: one this checkout's
+    # versions.json knows, or the image is refused (a controller must not roll out a base it cannot check).
+    base = str(build.get("internalParameters", {}).get("labels", {}).get("VLLM_VERSION", ""))
+    if not base:
+        return ["the provenance names no vLLM base (build label VLLM_VERSION): not an image `vfleet image build` made"]
+    if base not in pinned.bases:
+        return [
+            f"the image is built on vLLM {base}, a base this checkout's versions.json does not know (bases: "
+            f"{', '.join(pinned.bases)}): update the controller's checkout to a release that has it, or roll out "
+            "an image of a known base"
+        ]
+    pin = pinned.bases[base].base_images.get(family, pinned.base_images[family])
     expect = {
         "versions.json": file_sha256(home / "versions.json"),
-        "patch-series": prov.patch_series_digest(home, family),
+        "patch-series": prov.patch_series_digest(home, family, base),
         "patches": tree_digest([home / "patches"], home).split(":", 1)[1],
         "profiles": tree_digest([home / "serve_configs"], home).split(":", 1)[1],
     }
@@ -205,9 +217,7 @@ def material_problems(stmt: dict[str, Any], home: Path, *, allow_standin: bool =
         got = mats.get(name, {}).get("digest", {}).get("sha256")
         if got != want:
             problems.append(f"{name} is sha256:{got}, this checkout's is sha256:{want}")
-    problems += _base_problems(
-        mats.get("base-image"), pinned.base_images[family], standin_ref() if allow_standin else ""
-    )
+    problems += _base_problems(mats.get("base-image"), pin, standin_ref() if allow_standin else "")
     if family == "cpu":
         problems += wheel_problems(mats, home, pinned)
     return problems

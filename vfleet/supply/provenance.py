@@ -67,7 +67,9 @@ def base_material(base: str) -> dict[str, Any]:
     }
 
 
-def materials(context: Path, family: str, base: str, wheels: Path | None) -> list[dict[str, Any]]:
+def materials(
+    context: Path, family: str, base: str, wheels: Path | None, vllm_base: str | None = None
+) -> list[dict[str, Any]]:
     """The materials of a build of FAMILY from CONTEXT on BASE (wheels: the directory the CPU image installs
     from; None for the GPU families, whose vLLM comes in the base)."""
     out = [base_material(base)]
@@ -85,7 +87,7 @@ def materials(context: Path, family: str, base: str, wheels: Path | None) -> lis
         {
             "name": "patch-series",
             "uri": f"patches/series#{family}",
-            "digest": _sha(patch_series_digest(context, family)),
+            "digest": _sha(patch_series_digest(context, family, vllm_base)),
         }
     )
     out.append({"name": "patches", "uri": "patches/", "digest": _sha(tree_digest([context / "patches"], context))})
@@ -95,9 +97,10 @@ def materials(context: Path, family: str, base: str, wheels: Path | None) -> lis
     return out
 
 
-def patch_series_digest(context: Path, family: str) -> str:
-    """series_sha256 of the patches patches/series applies for FAMILY: what the image's manifest records."""
-    return series_sha256(select(load_series(context / "patches"), family))
+def patch_series_digest(context: Path, family: str, base: str | None = None) -> str:
+    """series_sha256 of the patches BASE's series (default: the default base's, patches/series) applies
+    for FAMILY: what the image's manifest records."""
+    return series_sha256(select(load_series(context / "patches", base), family))
 
 
 # -- the statement --------------------------------------------------------------------------------
