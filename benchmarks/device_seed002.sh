@@ -7,8 +7,15 @@
 # Then run on the device (repo root), carrying the archive:
 #   run(command="bash benchmarks/device_seed002.sh", carry=[".cache/seed002-tree.tgz"], timeout_s=600)
 #
-# The benchmark needs vLLM's own Python dependencies to import the Kimi-K3 KDA builders; if the
-# machine lacks them it says which, writes that to $OUT, and exits 3 (no figures are made up).
+# The benchmark needs vLLM's own Python dependencies to import the Kimi-K3 KDA builders. They come
+# from the staging of benchmarks/h200_verify.sh (its `stage` calls, then `setup`, which installs them
+# into /tmp/site); this script puts /tmp/site on PYTHONPATH after the patched tree, so the tree's vllm/
+# is the one imported (the benchmark checks that). Back to back on the device:
+#   run(command="bash benchmarks/h200_verify.sh stage", carry=[".cache/h200v/p1"])      # and p2, p3
+#   run(command="bash benchmarks/h200_verify.sh setup && bash benchmarks/device_seed002.sh",
+#       carry=[".cache/seed002-tree.tgz"], timeout_s=600)
+# If a dependency is still missing it says which, writes that to $OUT, and exits 3 (no figures are
+# made up).
 set -u
 TREE=${SEED002_TREE:-.cache/seed002-tree}
 OUT=${OUT:-/tmp/seed002-out}
@@ -17,13 +24,15 @@ if [ ! -d "$TREE/vllm" ] && [ -f .cache/seed002-tree.tgz ]; then
   mkdir -p /tmp/seed002 && tar -C /tmp/seed002 -xzf .cache/seed002-tree.tgz && TREE=/tmp/seed002/seed002-tree
 fi
 PY=${PYTHON:-python3}
+SITE=${SITE:-/tmp/site}
+if [ -d "$SITE" ]; then export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"; fi
 {
   echo "== machine"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
   "$PY" -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)' 2>&1
   if [ ! -d "$TREE/vllm" ]; then
     echo "no patched tree at $TREE/vllm: export it first (see the top of this script) and carry it"; exit 2
   fi
-  echo "== vLLM dependencies the builders import"
+  echo "== vLLM dependencies the builders import (PYTHONPATH=${PYTHONPATH:-})"
   "$PY" - <<'PYEOF'
 import importlib
 missing = []
