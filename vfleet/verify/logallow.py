@@ -98,7 +98,7 @@ ALLOW: tuple[Allow, ...] = (
         "the client erred, the server is healthy. Tied to its answer: the next line of its process is the "
         "access line answering that code",
         source="vLLM (pinned base) entrypoints/openai/chat_completion/serving.py and responses/serving.py "
-        "(`Error with model %s`); tests/fixtures/logs/cpu_healthy_with_sigterm.log",
+        "(`Error with model %s`); tests/fixtures/logs/cpu_healthy_with_sigterm.log, v0.32/cpu_healthy.log",
         covers=frozenset({"error-level"}),
         match=lambda ev, log: _errorinfo_verdict(ev, log)[0],
         explain=lambda ev, log: _errorinfo_verdict(ev, log)[1],

@@ -132,10 +132,22 @@ def endpoints_of(request_id: str) -> tuple[str, ...]:
     return next((eps for prefix, eps in ID_ENDPOINTS if request_id.startswith(prefix)), ())
 
 
+def _sole_api_server(log: ParsedLog) -> str | None:
+    """The API-server process of the log's records, when there is exactly one."""
+    procs = {ln.proc for ln in log.lines if ln.kind == "record" and ln.proc and ln.proc.lower().startswith("apiserver")}
+    return procs.pop() if len(procs) == 1 else None
+
+
 def next_line_of_process(ev: Event, log: ParsedLog) -> Line | None:
-    """The next line the event's process wrote (any next line when the log has no process prefixes)."""
+    """The next line the event's process wrote (any next line when the log has no process prefixes).
+
+    vLLM 0.30 prefixed everything a process wrote to stdout and stderr with `(Proc pid=N)`; from 0.32 the
+    prefix is part of vLLM's own record format, so uvicorn's lines carry none. uvicorn runs in the API
+    server, so an unprefixed uvicorn line is the API server's when the log has one API-server process."""
+    proc = ev.first.proc
+    api = proc is not None and _sole_api_server(log) == proc
     for ln in log.lines[ev.last.pos + 1 :]:
-        if ev.first.proc is None or ln.proc == ev.first.proc:
+        if proc is None or ln.proc == proc or (api and ln.proc is None and ln.kind == "uvicorn"):
             return ln
     return None
 
