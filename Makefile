@@ -47,8 +47,8 @@ boot-verify: $(STAMP) ## verify a live server: URL=http://node:8000 PROFILE=mode
 ab: $(STAMP) ## A/B two live servers: A=http://node1:8000 B=http://node2:8000 [PROFILE=model/platform] [LEVELS=1,8] [ROUNDS=20] [AA=1] [ENV_FILE] [OUT] [PROMOTION=1 CONTAINER_A= CONTAINER_B= DOCKER_HOST_A= DOCKER_HOST_B=]
 	$(V)/vfleet ab --a $(A) $(if $(B),--b $(B)) $(if $(AA),--aa) $(if $(PROFILE),--profile $(PROFILE)) $(if $(LEVELS),--levels $(LEVELS)) $(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(ENV_FILE),--env-file $(ENV_FILE)) $(if $(OUT),--out $(OUT)) $(if $(PROMOTION),--promotion) $(if $(CONTAINER_A),--container-a $(CONTAINER_A)) $(if $(CONTAINER_B),--container-b $(CONTAINER_B)) $(if $(DOCKER_HOST_A),--docker-host-a $(DOCKER_HOST_A)) $(if $(DOCKER_HOST_B),--docker-host-b $(DOCKER_HOST_B))
 
-image: $(STAMP) ## build an image: FAMILY=cpu|cuda|rocm [STANDIN=1 for the local GPU stand-in base]
-	$(V)/vfleet image build --family $(or $(FAMILY),cpu) $(if $(STANDIN),--standin)
+image: $(STAMP) ## build an image: FAMILY=cpu|cuda|rocm [BASE=0.34.0: the vLLM base, default versions.json's] [STANDIN=1 for the local GPU stand-in base]
+	$(V)/vfleet image build --family $(or $(FAMILY),cpu) $(if $(BASE),--base $(BASE)) $(if $(STANDIN),--standin)
 
 INVENTORY ?= ansible/inventories/example
 FLEET_WHERE = $(if $(FLEET),--name $(FLEET),--inventory $(INVENTORY))

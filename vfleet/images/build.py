@@ -14,7 +14,7 @@ from vfleet import __version__
 from vfleet.digests import tree_digest
 from vfleet.images.base import build_base, fetch_wheels
 from vfleet.images.dockerrun import _docker_build
-from vfleet.images.refs import FAMILIES, LABEL, ROOT, ImageError, base_ref, gpu_base_ref, image_ref, pinned
+from vfleet.images.refs import FAMILIES, LABEL, ROOT, ImageError, base_ref, gpu_base_ref, image_ref, vllm_base
 
 # -- labels and the image build -------------------------------------------------------------------
 
@@ -58,14 +58,15 @@ def source_url(root: Path) -> str:
     return url or "vfleet (local checkout)"
 
 
-def build_labels(context: Path) -> dict[str, str]:
-    """Label values: revision and source from the checkout, digests from the build context."""
+def build_labels(context: Path, version: str | None = None) -> dict[str, str]:
+    """Label values: revision and source from the checkout, digests from the build context, the vLLM base
+    VERSION (default: the default base; the Dockerfiles apply that base's series)."""
     return {
         "SOURCE_URL": source_url(ROOT),
         "VCS_REF": git_revision(ROOT),
         "CREATED": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "VFLEET_VERSION": __version__,
-        "VLLM_VERSION": pinned().vllm_version,
+        "VLLM_VERSION": vllm_base("cuda", version).version,
         "PATCHES_DIGEST": tree_digest([context / "patches"], context),
         "PROFILES_DIGEST": tree_digest([context / "serve_configs"], context),
     }
@@ -92,12 +93,16 @@ def build_image(
     tag: str | None = None,
     context: Path | None = None,
     no_cache: bool = False,
+    vllm_version: str | None = None,
 ) -> BuildResult:
-    """Build images/Dockerfile.<family> with ``context`` (default: the checkout) and return its output."""
+    """Build images/Dockerfile.<family> on the vLLM base VLLM_VERSION (default: the default base of
+    versions.json) with ``context`` (default: the checkout) and return its output. BASE overrides the base
+    image (a stand-in); by default it is the base's pinned upstream image."""
     if family not in FAMILIES:
         raise ImageError(f"unknown image family {family!r}; choose one of {', '.join(FAMILIES)}")
+    version = vllm_base(family, vllm_version).version  # an unknown base, or cpu on 0.34, stops here
     ctx = context or ROOT
-    ref = tag or image_ref(family)
+    ref = tag or image_ref(family, version)
     args = [
         "--tag",
         ref,
@@ -113,9 +118,9 @@ def build_image(
         fetch_wheels()
         base = base or base_ref()
     else:
-        base = base or gpu_base_ref(family)
+        base = base or gpu_base_ref(family, version)
     args += ["--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"VFLEET_IMAGE={ref}"]
-    labels = build_labels(ctx)
+    labels = build_labels(ctx, version)
     for key, value in labels.items():
         args += ["--build-arg", f"{key}={value}"]
     if no_cache:

@@ -217,7 +217,7 @@ def material_problems(stmt: dict[str, Any], home: Path, *, allow_standin: bool =
         got = mats.get(name, {}).get("digest", {}).get("sha256")
         if got != want:
             problems.append(f"{name} is sha256:{got}, this checkout's is sha256:{want}")
-    problems += _base_problems(mats.get("base-image"), pin, standin_ref() if allow_standin else "")
+    problems += _base_problems(mats.get("base-image"), pin, standin_ref(base) if allow_standin else "")
     if family == "cpu":
         problems += wheel_problems(mats, home, pinned)
     return problems

