@@ -7,8 +7,10 @@ Layout of serve_configs/ (every file is YAML):
     models/<model>/<family>.yaml       optional: overrides for every platform of a family (rocm, cuda, cpu)
     models/<model>/<arch>.yaml         optional: overrides for every platform of one GPU arch (gfx950, sm_90)
     models/<model>/<platform>.yaml     optional: overrides for one platform
+    bases/<vLLM base>.yaml             optional: what a vLLM base (versions.json `bases`) changes for every
+                                       profile, e.g. a default whose meaning moved; vllm and env only
 
-Later layers win (model, family, arch, platform). In ``vllm``, ``env`` and ``verify`` a mapping merges
+Later layers win (model, family, arch, platform, base). In ``vllm``, ``env`` and ``verify`` a mapping merges
 key by key and ``null`` removes a key set by an earlier layer. The ``vllm`` section is vLLM's own
 ``--config`` YAML: dash keys, ``true`` for ``--key``, ``false`` for ``--no-key``. What ``vllm`` already
 says, ``verify`` does not repeat: vfleet.profile_verify derives it (max_model_len, attention_backend,
@@ -25,8 +27,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from vfleet.errors import ProfileError
-from vfleet.paths import serve_configs_dir
+from vfleet import pins, settings
+from vfleet.errors import ProfileError, VfleetError
+from vfleet.paths import serve_configs_dir, versions
 from vfleet.profile_schema import (
     DetectSpec,
     Family,
@@ -118,13 +121,43 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 class Catalog:
     """All platforms and models under one serve_configs/ directory."""
 
-    def __init__(self, root: Path | None = None) -> None:
+    def __init__(self, root: Path | None = None, base: str | None = None) -> None:
         self.root = root if root is not None else serve_configs_dir()
         if not (self.root / "platforms").is_dir() or not (self.root / "models").is_dir():
             raise ProfileError(
                 f"{self.root}: not a serve_configs directory (needs platforms/ and models/); "
                 "point VFLEET_SERVE_CONFIGS or VFLEET_HOME at the vfleet checkout"
             )
+        #: The vLLM base the profiles are loaded for (VFLEET_VLLM_BASE in an image; default: the default base).
+        self.base = self._base(base or settings.load().vllm_base)
+
+    def _pins(self) -> pins.Pins:
+        own = self.root.parent / "versions.json"
+        try:
+            return pins.load(own) if own.is_file() else pins.parse(versions())
+        except VfleetError as exc:
+            raise ProfileError(str(exc)) from None
+
+    def _base(self, base: str | None) -> str:
+        try:
+            return self._pins().base(base, source=f"versions.json beside {self.root}").version
+        except VfleetError as exc:
+            raise ProfileError(f"{exc} (VFLEET_VLLM_BASE or --base names the base)") from None
+
+    def bases(self) -> list[str]:
+        """Every vLLM base of versions.json, the default first."""
+        p = self._pins()
+        return [p.vllm_version, *(b for b in p.bases if b != p.vllm_version)]
+
+    def _base_layer(self) -> tuple[Path, Layer] | None:
+        path = self.root / "bases" / f"{self.base}.yaml"
+        if not path.is_file():
+            return None
+        layer = self._layer(path)
+        extra = [f for f in sorted(layer.model_fields_set) if f not in ("vllm", "env")]
+        if extra:
+            raise ProfileError(f"{path}: {', '.join(extra)}: a base's layer holds vllm and env only")
+        return path, layer
 
     # -- platforms ---------------------------------------------------------------------------
     def platform_names(self) -> list[str]:
@@ -222,6 +255,9 @@ class Catalog:
                 if layer.production is not None:
                     raise ProfileError(f"{extra}: production: {_PRODUCTION_IS_A_MODEL_FACT}")
                 layers.append((extra, layer))
+        base_layer = self._base_layer()
+        if base_layer:
+            layers.append(base_layer)
 
         vllm: dict[str, Any] = {}
         env: dict[str, Any] = {}
@@ -278,6 +314,12 @@ class Catalog:
                 for path in sorted(mdir.glob("*.yaml"))
                 if path.stem not in stems
             )
+        known = self._pins().bases
+        stray.extend(
+            f"{path.relative_to(self.root)}: {path.stem!r} is not a vLLM base of versions.json ({', '.join(known)})"
+            for path in sorted((self.root / "bases").glob("*.yaml"))
+            if path.stem not in known
+        )
         return stray
 
     def load_all(self) -> list[Profile]:

@@ -111,6 +111,12 @@ class Settings(BaseModel):
     revision: str | None = Field(
         None, alias="VFLEET_REVISION", description="The vfleet commit the image was built from, baked in (the banner)."
     )
+    vllm_base: str | None = Field(
+        None,
+        alias="VFLEET_VLLM_BASE",
+        description="The vLLM base (a key of versions.json `bases`) the image was built on, baked in: profiles are "
+        "loaded with that base's layer, serve_configs/bases/BASE.yaml, if it has one. Default: the default base.",
+    )
     base_image: str | None = Field(
         None, alias="VFLEET_BASE_IMAGE", description="The base image it was built on, baked in (the banner)."
     )

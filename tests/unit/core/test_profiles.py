@@ -474,3 +474,53 @@ def test_the_batch_invariance_decision_names_a_profile_that_sets_it(config_tree:
         "models/glm-5.3-flash/h200.yaml", lambda d: d.setdefault("env", {}).update({"VLLM_BATCH_INVARIANT": 1})
     )
     assert _batch_invariant_in_production(Catalog(config_tree.root)) == ["glm-5.3-flash/h200"]
+
+
+# -- the vLLM base's layer (serve_configs/bases/<base>.yaml; issue 24, item 3) ----------------------------
+
+
+def test_the_base_layer_applies_for_its_base_only(config_tree: ConfigTree) -> None:
+    on_default, on_034 = Catalog(base="0.30.0").load("kimi-k3/b200"), Catalog(base="0.34.0").load("kimi-k3/b200")
+    assert on_default.vllm["gpu-memory-utilization"] == 0.93
+    assert "gpu-memory-utilization" not in on_034.vllm
+    assert "bases/0.34.0.yaml" in on_034.sources and "bases/0.34.0.yaml" not in on_default.sources
+
+
+def test_check_runs_every_base_and_names_the_one_that_fails(
+    config_tree: ConfigTree, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_tree.write("bases/0.34.0.yaml", "vllm:\n  enforce-eager: true\n")
+    assert main(["check", "glm-5.3-flash/b200"]) == 1
+    err = capsys.readouterr().err
+    assert "on vLLM 0.34.0: glm-5.3-flash/b200: rule no-enforce-eager" in err and "on vLLM 0.30.0" not in err, err
+    assert main(["check", "--base", "0.30.0", "glm-5.3-flash/b200"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("rel", "text", "message"),
+    [
+        (
+            "bases/0.34.0.yaml",
+            "verify:\n  min_kv_tokens: 1\n",
+            "bases/0.34.0.yaml: verify: a base's layer holds vllm and env only",
+        ),
+        (
+            "bases/0.99.0.yaml",
+            "vllm: {}\n",
+            "FAIL layer bases/0.99.0.yaml: '0.99.0' is not a vLLM base of versions.json",
+        ),
+    ],
+)
+def test_a_bad_base_layer_is_named(
+    config_tree: ConfigTree, capsys: pytest.CaptureFixture[str], rel: str, text: str, message: str
+) -> None:
+    config_tree.write(rel, text)
+    assert main(["check"]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_an_unknown_base_is_refused_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ProfileError, match=r"vLLM base 0\.99\.0 is not in versions\.json"):
+        Catalog(base="0.99.0")
+    assert main(["check", "--base", "0.99.0"]) == 2
+    assert "vLLM base 0.99.0 is not in" in capsys.readouterr().err
