@@ -56,6 +56,9 @@ class Base:
     python: str
     base_images: dict[str, BaseImage]
     series: str
+    #: What has been proven about this base, and where (booted and verified, or built and tested only):
+    #: the docs and the fleet page say it from here.
+    proven: str = ""
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,7 @@ def _bases(data: dict[str, Any], default: Base, source: str) -> dict[str, Base]:
                 str(e["python"]),
                 default.base_images,
                 str(e["series"]),
+                str(e.get("proven") or ""),
             )
             continue
         lacking = [k for k in _OWN_PINS if not e.get(k)]
@@ -153,6 +157,7 @@ def _bases(data: dict[str, Any], default: Base, source: str) -> dict[str, Base]:
             str(e["python"]),
             _images(e["base_images"]),
             str(e["series"]),
+            str(e.get("proven") or ""),
         )
     return out
 

@@ -17,9 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vfleet import pins
+from vfleet.errors import VfleetError
 from vfleet.pages import html
 from vfleet.pages.html import Cell
 from vfleet.pages.report_html import verdict as report_verdict
+from vfleet.paths import versions
 
 NAME = "fleet.html"
 
@@ -75,6 +78,26 @@ def _label(row: dict[str, Any], key: str, what: str) -> Cell:
     if not value or value == "unknown":
         return html.unknown(f"the image carries no {what} label" if "image" in row else f"status has no {key}")
     return Cell(value, "ok")
+
+
+def _vllm(row: dict[str, Any]) -> Cell:
+    """The node's vLLM base (its image label), with what the project has proven about that base
+    (versions.json `bases.V.proven`): booted and verified where, or built and kernel-tested only."""
+    cell = _label(row, "vllm_version", "org.vfleet.vllm.version")
+    if cell.state != "ok":
+        return cell
+    try:
+        bases = pins.parse(versions()).bases
+    except VfleetError as exc:
+        return html.unknown(f"{cell.text}: {exc}")
+    if cell.text not in bases:
+        return html.unknown(
+            f"vLLM {cell.text} is not a base of this checkout's versions.json ({', '.join(bases)}): "
+            "the gates of this controller cannot check it",
+            cell.text,
+        )
+    proven = bases[cell.text].proven
+    return Cell(cell.text, "ok", f"vLLM {cell.text}: {proven}" if proven else "")
 
 
 def _patches(row: dict[str, Any]) -> Cell:
@@ -248,7 +271,7 @@ def node_cells(row: dict[str, Any]) -> dict[str, Cell]:
         return {key: html.unknown(why) for key, _ in COLUMNS}
     return {
         "image": _image(row),
-        "vllm": _label(row, "vllm_version", "org.vfleet.vllm.version"),
+        "vllm": _vllm(row),
         "patches": _patches(row),
         "profile": _profile(row),
         "health": _health(row),
