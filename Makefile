@@ -29,8 +29,8 @@ test-e2e: $(STAMP) ## the e2e tier: dockerd, the images, staging, the Docker-in-
 lint: $(STAMP) ## ruff, mypy and the import contracts of the floors (lint-imports: docs/architecture.md)
 	$(V)/python -m pytest -q tests/integration/test_lint.py
 
-check: $(STAMP) ## validate every serve profile against the rules
-	$(V)/vfleet check
+check: $(STAMP) ## validate every serve profile against the rules and each vLLM base's own parser (fetches a base's pinned wheel once)
+	$(V)/vfleet check --parsers
 
 profiles: $(STAMP) ## list the serve profiles
 	$(V)/vfleet profiles

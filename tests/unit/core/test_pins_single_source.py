@@ -41,7 +41,7 @@ COPIES = [
 RECORDS: list[tuple[str, str]] = []
 # Text that may name any base of versions.json, not only the default one (a copy there must still be the
 # pin of some base: a version or image tag of no base is an error).
-MULTI_BASE = ["docs/patches.md", "docs/howto-base-bump.md"]
+MULTI_BASE = ["docs/patches.md", "docs/howto-base-bump.md", "docs/images.md"]
 # Which Dockerfile defaults to which pinned base.
 DOCKERFILE_BASE = {"cpu": "cpu", "cuda": "cuda", "rocm": "rocm", "standin": "cpu"}
 
