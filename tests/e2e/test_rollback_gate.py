@@ -166,3 +166,45 @@ def test_a_run_by_tag_resolves_it_once_and_every_gate_uses_the_digest(tmp_path: 
         out = _rollback(tmp_path, inv, "--image", f"{reg.host}/{SERVED_REPO}:no-such-tag", action="rollout")
         assert f"cannot resolve {reg.host}/{SERVED_REPO}:no-such-tag at its registry" in out, out[-3000:]
         assert "Nothing has been touched" in out and "never promoted" not in out, out[-3000:]
+
+
+def test_a_rollout_refuses_an_image_of_a_base_the_checkout_does_not_know(tmp_path: Path) -> None:
+    """Issue 24, item 5: the image's signed provenance names its vLLM base (build label VLLM_VERSION). An
+    image that is promoted, signed by a trusted key and served by a registry of the real protocol, but
+    built on vLLM 0.99.0, a base this checkout's versions.json does not know, is stopped by the supply gate
+    of `ansible-playbook rollout.yml` before any node pulls it; the same image signed as a 0.34.0 build
+    passes that gate, and the run goes on to the node's preflight."""
+    from test_promotion import key_files, trusted, write_report
+    from test_registry_auth import CONFIG, DIGEST, _serve
+    from test_registry_auth import REPO as SERVED_REPO
+    from test_supply_policy import CLEAN, signed_record
+
+    from vfleet import promotion
+    from vfleet.supply.audit import _summarise
+    from vfleet.supply.identity import KIND_MANIFEST, Identity
+
+    inv = _node(tmp_path, None)
+    for reg in _serve("none"):
+        ref = f"{reg.host}/{SERVED_REPO}@{DIGEST}"
+        promotion.promote(ref, "tiny/cpu", write_report(tmp_path / "r", digest=DIGEST), tmp_path / "promotions.jsonl",
+                          keys=trusted())  # fmt: skip
+        ident = Identity(ref, CONFIG, f"{reg.host}/{SERVED_REPO}", DIGEST, KIND_MANIFEST)
+        keys = ("--trusted-key", str(key_files()[1]), "--trusted-key", str(tmp_path / "release.pub"))
+
+        signed_record(tmp_path, _summarise({"service": "pypi"}, CLEAN), "0.99.0", ident=ident)
+        out = _rollback(tmp_path, inv, "--image", ref, *keys, action="rollout")
+        assert "built on vLLM 0.99.0, a base this checkout's versions.json does not know" in out, out[-3000:]
+        assert "stops before any node pulls the image" in out, out[-3000:]
+
+        shutil.rmtree(tmp_path / "store")
+        signed_record(tmp_path, _summarise({"service": "pypi"}, CLEAN), "0.34.0", ident=ident)
+        argv = [sys.executable, "-m", "vfleet", "fleet", "rollout", "--inventory", str(inv), "--image", ref,
+                "--supply-store", str(tmp_path / "store"), *keys]  # fmt: skip
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+        out = " ".join((proc.stdout + proc.stderr).split())
+        # The gate passes it; the run stops later, at the node's preflight or pull (the served registry has a
+        # manifest and no layers), which is not this test's subject.
+        assert proc.returncode != 0, out[-3000:]
+        assert f"verified {ref} ({DIGEST}): signed by" in out and "SBOM and materials match" in out, out[-3000:]
+        assert "does not know" not in out and "stops before any node pulls the image" not in out, out[-3000:]
+        assert not (tmp_path / "lock.json").exists(), "the failed run's fleet lock was not released"

@@ -61,14 +61,16 @@ VULNERABLE = {
 CLEAN = {"dependencies": [{"name": "httpx", "version": "0.28.1", "vulns": []}]}
 
 
-def signed_record(tmp: Path, report: dict[str, Any], vllm_base: str | None = None) -> tuple[Path, list[Any]]:
-    """A store holding IDENT's record with REPORT as its vulnerability report, signed for IDENT's digest;
-    and the trusted keys. VLLM_BASE: the base the build labels name (default: the default base), with its
-    base image and series."""
+def signed_record(
+    tmp: Path, report: dict[str, Any], vllm_base: str | None = None, ident: Identity = IDENT
+) -> tuple[Path, list[Any]]:
+    """A store holding IDENT's record with REPORT as its vulnerability report, signed for IDENT's digest
+    with the key tmp/release.pem (public: tmp/release.pub); and the trusted keys. VLLM_BASE: the base the
+    build labels name (default: the default base), with its base image and series."""
     tmp.mkdir(parents=True, exist_ok=True)
     priv, pub = make_key(tmp, "release")
     store = tmp / "store"
-    rec = record_dir(store, IMAGE_ID)
+    rec = record_dir(store, ident.image_id)
     rec.mkdir(parents=True)
     (rec / SBOM).write_text(json.dumps({"bomFormat": "CycloneDX", "components": []}))
     (rec / VULNS).write_text(json.dumps(report, indent=1))
@@ -79,10 +81,10 @@ def signed_record(tmp: Path, report: dict[str, Any], vllm_base: str | None = Non
     base = f"{image}@sha256:{'3' * 64}"
     mats = prov.materials(ROOT, "cuda", base, None, vllm_base if known else None)
     products = [byproduct("sbom", rec / SBOM, "application/json"), byproduct("vulnerabilities", rec / VULNS, "x")]
-    subject = prov.subject_of(IDENT.name, IDENT.digest, IDENT.image_id, IDENT.kind)
+    subject = prov.subject_of(ident.name, ident.digest, ident.image_id, ident.kind)
     stmt = prov.statement(subject, "cuda", mats, products, {"VLLM_VERSION": vllm_base})
     (rec / STATEMENT).write_text(json.dumps(stmt))
-    env = envelope_path(store, IMAGE_ID, IDENT.digest)
+    env = envelope_path(store, ident.image_id, ident.digest)
     env.parent.mkdir()
     env.write_text(json.dumps(prov.sign(stmt, prov.load_private_key(priv))))
     return store, [prov.load_public_key(pub)]
