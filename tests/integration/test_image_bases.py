@@ -4,6 +4,11 @@ wheel, is refused before anything is built, naming the base and the file."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from vfleet import images
@@ -54,3 +59,55 @@ def test_the_cpu_image_stays_on_the_default_base(base: str, capsys: pytest.Captu
 def test_a_release_build_of_another_base_names_its_own_pin(base: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["image", "build", "--family", "rocm", "--base", base, "--release"]) == 2
     assert f"versions.json: bases.{base}.base_images.rocm.digest is empty" in capsys.readouterr().err
+
+
+# -- images/steps.sh download-kernels -------------------------------------------------------------------
+# The real step runs `vllm download-kernels` in a vLLM 0.34 image, which needs torch 2.14 and network
+# access: no machine here has both. The stand-in build shows the two paths that run here (a base without
+# the command, a stand-in without torch: tests/e2e/test_image_gpu.py). These runs stand a fake Python tree
+# (an importable `torch` and `vllm`) and a fake `vllm` command in for the real image, to show what the
+# step does where torch is present: it runs the command, and its failure fails the build.
+
+
+def _fake_image(tmp: Path, *, has_command: bool, exit_code: int) -> dict[str, str]:
+    site = tmp / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("")
+    cli = site / "vllm" / "entrypoints" / "cli"
+    cli.mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("")
+    if has_command:
+        (cli / "download_kernels.py").write_text("# the real one installs FlashInfer's kernels\n")
+    dist = site / "vllm-0.34.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.34.0\n")
+    bindir = tmp / "bin"
+    bindir.mkdir()
+    (bindir / "vllm").write_text(f'#!/bin/sh\necho "fake vllm $*" > {tmp}/called\nexit {exit_code}\n')
+    (bindir / "vllm").chmod(0o755)
+    (bindir / "python3").symlink_to(sys.executable)
+    return {**os.environ, "PYTHONPATH": str(site), "PATH": f"{bindir}:{os.environ['PATH']}"}
+
+
+def _step(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    steps = images.ROOT / "images" / "steps.sh"
+    return subprocess.run(["sh", str(steps), "download-kernels"], capture_output=True, text=True, env=env, check=False)
+
+
+def test_download_kernels_runs_where_the_base_has_it(tmp_path: Path) -> None:
+    proc = _step(_fake_image(tmp_path, has_command=True, exit_code=0))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "vfleet-build: vllm download-kernels (vLLM 0.34.0)" in proc.stdout
+    assert (tmp_path / "called").read_text().strip() == "fake vllm download-kernels"
+
+
+def test_a_failing_download_fails_the_build(tmp_path: Path) -> None:
+    proc = _step(_fake_image(tmp_path, has_command=True, exit_code=3))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+
+
+def test_a_base_without_the_command_is_said_and_not_run(tmp_path: Path) -> None:
+    proc = _step(_fake_image(tmp_path, has_command=False, exit_code=0))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "vLLM 0.34.0 has no `vllm download-kernels`" in proc.stdout
+    assert not (tmp_path / "called").exists()
