@@ -811,6 +811,61 @@ def test_rollout_refuses_an_image_of_other_serve_profiles_before_any_node_is_tou
         assert f"VFLEET_PROFILES_DIGEST={ours}" in info["Config"]["Env"], info["Config"]["Env"]
 
 
+def test_a_rollout_across_vllm_bases_passes_the_gate_and_the_canary_and_goes_back(ctx: Ctx, tmp_path: Path) -> None:
+    """Issue 24, item 5: from an image of vLLM 0.30.0 to one of 0.34.0 and back, with the supply-chain gate
+    on. No machine here boots vLLM 0.34.0, and the servers of this fleet are stand-ins in every scenario:
+    each image here is the stand-in server with the label `org.vfleet.vllm.version` of its base, signed
+    as a build of that base (provenance naming the base in its build label VLLM_VERSION, with that base's
+    upstream image and series; test_supply_policy.signed_record). The gate checks each against its base,
+    the canary is boot-verified, and every node ends on the base. An image signed as vLLM 0.99.0, a base
+    this checkout's versions.json does not know, stops at the gate before any node pulls it."""
+    from test_supply_policy import CLEAN, signed_record
+
+    from vfleet.supply.audit import _summarise
+    from vfleet.supply.identity import KIND_MANIFEST, Identity, registry_manifest_digest, split_ref
+
+    refs: dict[str, str] = {}
+    for base in ("0.30.0", "0.34.0", "0.99.0"):
+        local = f"{FAKE}:base-{base}"
+        subprocess.run(
+            ["docker", "build", "--quiet", "-t", local, "-"],
+            input=f"FROM {FAKE}:good-1\nLABEL org.vfleet.vllm.version={base}\n",
+            text=True,
+            capture_output=True,
+            check=True,
+            timeout=300,
+            env={**os.environ, "DOCKER_BUILDKIT": "0"},
+        )
+        refs[base] = ctx.fleet.push(local)
+        host, path, _, _ = split_ref(refs[base])
+        digest = registry_manifest_digest(refs[base])
+        image_id = docker("image", "inspect", "--format", "{{.Id}}", local).strip()
+        ident = Identity(f"{host}/{path}@{digest}", image_id, f"{host}/{path}", digest, KIND_MANIFEST)
+        signed_record(tmp_path, _summarise({"service": "pypi"}, CLEAN), base, ident=ident)
+    gate = ("--trusted-key", str(tmp_path / "release.pub"), "--supply-store", str(tmp_path / "store"))
+
+    for scenario, base in (("across_bases_to_0.34", "0.34.0"), ("across_bases_back_to_0.30", "0.30.0")):
+        proc = ctx.cli(scenario, "rollout", "--image", refs[base], *gate, vfleet_node_allow_unsigned=False)
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        text = flat(proc.stdout)
+        assert "NOT CHECKED: supply chain" not in text, text[-3000:]
+        assert "SBOM and materials match" in text, text[-3000:]
+        assert "Boot-verify the node with vfleet verify" in text, text[-3000:]  # the canary's, then the batch's
+        want = docker("image", "inspect", "--format", "{{.Id}}", f"{FAKE}:base-{base}").strip()
+        for n in ctx.names:
+            info = ctx.serving(n)
+            assert info["Image"] == want and ctx.fleet.health(n) == 200, n
+            assert info["Config"]["Labels"]["org.vfleet.vllm.version"] == base, n
+
+    before = ctx.snapshot()
+    unknown = refs["0.99.0"]
+    proc = ctx.cli("across_bases_unknown", "rollout", "--image", unknown, *gate, vfleet_node_allow_unsigned=False)
+    assert proc.returncode != 0
+    text = flat(proc.stdout)
+    assert "built on vLLM 0.99.0, a base this checkout's versions.json does not know" in text, text[-3000:]
+    assert ctx.snapshot() == before
+
+
 def test_unreachable_node_stops_the_rollout_before_any_swap(ctx: Ctx) -> None:
     n4 = ctx.names[3]
     before = ctx.snapshot()

@@ -68,7 +68,10 @@ def signed_record(
     with the key tmp/release.pem (public: tmp/release.pub); and the trusted keys. VLLM_BASE: the base the
     build labels name (default: the default base), with its base image and series."""
     tmp.mkdir(parents=True, exist_ok=True)
-    priv, pub = make_key(tmp, "release")
+    # One release key per TMP: records signed into one store by several calls are all trusted by its pub.
+    priv, pub = tmp / "release.pem", tmp / "release.pub"
+    if not priv.is_file():
+        priv, pub = make_key(tmp, "release")
     store = tmp / "store"
     rec = record_dir(store, ident.image_id)
     rec.mkdir(parents=True)
