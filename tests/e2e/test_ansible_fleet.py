@@ -156,6 +156,21 @@ class Ctx:
 FAKE = "vfleet-fake-r2"
 
 
+def labelled_fake(variant: str, source: str, label: str) -> str:
+    """FAKE:VARIANT, the stand-in server SOURCE with one more LABEL (key=value); its local reference."""
+    local = f"{FAKE}:{variant}"
+    subprocess.run(
+        ["docker", "build", "--quiet", "-t", local, "-"],
+        input=f"FROM {FAKE}:{source}\nLABEL {label}\n",
+        text=True,
+        capture_output=True,
+        check=True,
+        timeout=300,
+        env={**os.environ, "DOCKER_BUILDKIT": "0"},
+    )
+    return local
+
+
 @pytest.fixture(scope="module")
 def ctx() -> Iterator[Ctx]:
     from vfleet.dockerd import ensure_dockerd
@@ -783,17 +798,7 @@ def test_rollout_refuses_an_image_of_other_serve_profiles_before_any_node_is_tou
     other = "sha256:" + "0" * 64
     refs = {}
     for variant, digest in (("profiles-other", other), ("profiles-ours", ours)):
-        local = f"{FAKE}:{variant}"
-        subprocess.run(
-            ["docker", "build", "--quiet", "-t", local, "-"],
-            input=f"FROM {FAKE}:good-2\nLABEL org.vfleet.profiles.digest={digest}\n",
-            text=True,
-            capture_output=True,
-            check=True,
-            timeout=300,
-            env={**os.environ, "DOCKER_BUILDKIT": "0"},
-        )
-        refs[variant] = ctx.fleet.push(local)
+        refs[variant] = ctx.fleet.push(labelled_fake(variant, "good-2", f"org.vfleet.profiles.digest={digest}"))
     before = ctx.snapshot()
     proc = ctx.cli("profiles_other", "rollout", "--image", refs["profiles-other"], vfleet_node_check_profiles=True)
     assert proc.returncode != 0
@@ -826,16 +831,7 @@ def test_a_rollout_across_vllm_bases_passes_the_gate_and_the_canary_and_goes_bac
 
     refs: dict[str, str] = {}
     for base in ("0.30.0", "0.34.0", "0.99.0"):
-        local = f"{FAKE}:base-{base}"
-        subprocess.run(
-            ["docker", "build", "--quiet", "-t", local, "-"],
-            input=f"FROM {FAKE}:good-1\nLABEL org.vfleet.vllm.version={base}\n",
-            text=True,
-            capture_output=True,
-            check=True,
-            timeout=300,
-            env={**os.environ, "DOCKER_BUILDKIT": "0"},
-        )
+        local = labelled_fake(f"base-{base}", "good-1", f"org.vfleet.vllm.version={base}")
         refs[base] = ctx.fleet.push(local)
         host, path, _, _ = split_ref(refs[base])
         digest = registry_manifest_digest(refs[base])

@@ -198,6 +198,24 @@ def patch_manifest() -> tuple[Path | None, dict[str, Any] | None]:
     return path, data
 
 
+def check_base(vllm_base: str | None) -> None:
+    """The profiles are loaded with the layer of the base VFLEET_VLLM_BASE names (the image's build sets
+    it); the vLLM of this image is patched for the base its patch manifest names. They must agree: an
+    environment that names another base would load that base's layer for this vLLM. Without a manifest
+    (an unpatched vLLM, the demo's venv) there is nothing to compare."""
+    path, manifest = patch_manifest()
+    patched = (manifest or {}).get("base_version")
+    if not patched:
+        return
+    want = Catalog(base=vllm_base).base
+    if patched != want:
+        raise PreflightError(
+            f"this image's vLLM is patched for base {patched} ({path}), but the profiles would load for base {want} "
+            f"(VFLEET_VLLM_BASE={vllm_base or 'unset: the default base'}); remove VFLEET_VLLM_BASE from the "
+            "container's environment, the image sets it"
+        )
+
+
 def patch_names(manifest: dict[str, Any]) -> list[str]:
     items = manifest.get("patches", [])
     names: list[str] = []
@@ -272,6 +290,7 @@ def prepare(extra: list[str], env: dict[str, str]) -> tuple[list[str], dict[str,
     check_profiles_digest(env)
     secrets = load_secrets(env)
     s = settings.load(env)
+    check_base(s.vllm_base)
     if not s.profile and not s.model:
         raise PreflightError(
             "no profile chosen: set VFLEET_PROFILE=MODEL/PLATFORM (the `vfleet render` docker run line does), "

@@ -185,3 +185,27 @@ def test_a_container_serves_only_the_profiles_its_line_was_rendered_from(
     # A hand-written docker run line without the variable is not checked.
     monkeypatch.delenv("VFLEET_PROFILES_DIGEST")
     assert main(["serve", "--dry-run"]) == 0
+
+
+@pytest.mark.parametrize(("env_base", "refused"), [(None, True), ("0.30.0", True), ("0.34.0", False)])
+def test_the_profiles_base_must_be_the_patched_one(
+    serve_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    env_base: str | None,
+    refused: bool,
+) -> None:
+    """Injected fault: the venv's vLLM is unpatched, so a manifest of a 0.34.0 image stands in for the
+    real one (tests/e2e/test_image_gpu.py checks that a built image's manifest and VFLEET_VLLM_BASE agree)."""
+    from vfleet.commands import serve
+
+    monkeypatch.setattr(serve, "patch_manifest", lambda: (Path("/x/vfleet_patch_manifest.json"), {"base_version": "0.34.0"}))
+    monkeypatch.setenv("VLLM_API_KEY", KEY)
+    if env_base:
+        monkeypatch.setenv("VFLEET_VLLM_BASE", env_base)
+    code = main(["serve", "--dry-run"])
+    err = capsys.readouterr().err
+    if refused:
+        assert code == 3 and "patched for base 0.34.0" in err and "remove VFLEET_VLLM_BASE" in err, err
+    else:
+        assert "patched for base" not in err, err
