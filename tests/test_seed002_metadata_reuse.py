@@ -16,6 +16,7 @@ tensor.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import types
@@ -87,15 +88,47 @@ BACKENDS = {
 # --------------------------------------------------------------------------- setup
 
 
+# vLLM 0.34's CPU platform refuses every config where vllm.triton_utils finds no
+# triton-cpu backend ("vLLM on x86 CPUs requires Triton (triton-cpu)."), and no
+# wheel here carries one; 0.30's does not check. The builders under test only
+# read the config, so after exactly that refusal the config is made again with
+# the platform's hook replaced by the interface's (a no-op), and each case sets
+# what the builders read (cache mode, cudagraph mode, speculation) itself.
+CPU_PLATFORM_REFUSAL = "requires Triton (triton-cpu)"
+
+
+def _vllm_config(scheduler_config: SchedulerConfig) -> VllmConfig:
+    try:
+        return VllmConfig(scheduler_config=scheduler_config)
+    except RuntimeError as exc:
+        if CPU_PLATFORM_REFUSAL not in str(exc):
+            raise
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import Platform
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(type(current_platform), "check_and_update_config", Platform.check_and_update_config)
+    try:
+        return VllmConfig(scheduler_config=scheduler_config)
+    finally:
+        mp.undo()
+
+
 def make_config(*, num_spec: int, mode: str = "none", full_cg: bool = False, max_num_seqs: int = 16) -> VllmConfig:
-    cfg = VllmConfig(
-        scheduler_config=SchedulerConfig(
+    cfg = _vllm_config(
+        SchedulerConfig(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=4096,
             max_model_len=1 << 20,
             is_encoder_decoder=False,
         ),
     )
+    if cfg.model_config is None:
+        # 0.34's GDN builder picks its prefill backend from the model's linear
+        # head sizes (hf_text_config); Kimi-K3's KDA heads are 128 wide. On the
+        # CPU platform the choice is "triton" whatever they are.
+        hf_text_config = types.SimpleNamespace(linear_key_head_dim=128, linear_value_head_dim=128)
+        object.__setattr__(cfg, "model_config", types.SimpleNamespace(hf_text_config=hf_text_config))
     cfg.cache_config.mamba_cache_mode = mode  # type: ignore[assignment]
     # The CPU platform forces cudagraph_mode NONE; the builders only read it.
     cfg.compilation_config.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE if full_cg else CUDAGraphMode.NONE
@@ -106,6 +139,8 @@ def make_config(*, num_spec: int, mode: str = "none", full_cg: bool = False, max
             num_speculative_tokens=num_spec,
             parallel_drafting=False,
             use_eagle_block_drop=lambda: False,
+            enable_adaptive_verification=False,  # these two: read by 0.34 only
+            max_num_new_slots_for_drafting=0,
         )
         object.__setattr__(cfg, "speculative_config", spec)
     return cfg
@@ -658,6 +693,19 @@ def make_mla_builder(mod: types.ModuleType, *, full_cg: bool, max_reqs: int, max
     b.compilation_config = types.SimpleNamespace(
         cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE if full_cg else CUDAGraphMode.NONE
     )
+    # What 0.34's _build_decode also reads; set for both bases (0.30 reads none
+    # of them): no varlen verify, no DCP route, no Triton verify, bf16 KV.
+    b._varlen_decode_qlen = 0
+    b._use_triton_dcp_verify = False
+    b._asm_dcp_verify = False
+    b._asm_dcp_verify_heads = 0
+    b._mla_max_split_per_batch = 0
+    b._use_triton_verify = False
+    b._triton_verify_qlens = ()
+    b._fp8_v_scale_fix_qlens = frozenset()
+    b._kv_cache_bytes = None
+    b._g_kv_indptr_buf = None
+    b.dcp_rank = 0
     b.paged_kv_last_page_len = torch.ones(max_reqs, dtype=torch.int32)
     b.paged_kv_indices = torch.zeros(max_reqs * max_len, dtype=torch.int32)
     b._graph_seq_lens = None
@@ -672,6 +720,9 @@ def mla_metadata(mod: types.ModuleType, b: Any, batch: Batch, i: int) -> Any:
     """What MLACommonMetadataBuilder.build assembles for a decode-only batch."""
     b._decode_causal = True
     n = batch.num_reqs
+    kwargs: dict[str, Any] = {}
+    if "max_query_len" in inspect.signature(b._build_decode).parameters:
+        kwargs["max_query_len"] = batch.max_query_len  # 0.34
     decode = b._build_decode(
         block_table_tensor=batch.block_tables[i][:n],
         seq_lens_device=batch.seq_lens[:n],
@@ -680,6 +731,7 @@ def mla_metadata(mod: types.ModuleType, b: Any, batch: Batch, i: int) -> Any:
         query_start_loc_device=batch.query_start_loc[: n + 1],
         num_decode_tokens=batch.num_tokens,
         dcp_tot_seq_lens_device=None,
+        **kwargs,
     )
     return mod.AiterMLAMetadata(
         num_reqs=n,
@@ -760,3 +812,33 @@ def test_aiter_mla_rejects_prefill_and_unshared_graph_buffers(aiter_mla: types.M
     assert b.can_reuse_metadata(a, md, batch.common(1))
     with_prefill = aiter_mla.AiterMLAMetadata(**{**md.__dict__, "num_prefills": 1})
     assert not b.can_reuse_metadata(a, with_prefill, batch.common(1))
+
+
+def test_aiter_mla_reuses_only_the_plain_flat_page_decode(aiter_mla: types.ModuleType) -> None:
+    """0.34's AITER decode has routes whose metadata is not the source's plus new page indices: DCP (local
+    lengths, the CPRR global indptr), the varlen verify layout (clamped tails) and the Triton verify (no flat
+    pages). Each is rebuilt, never reused."""
+    if "varlen_q_rows" not in {f.name for f in fields(aiter_mla.AiterMLADecodeMetadata)}:
+        pytest.skip("0.30.0's AITER MLA decode has no varlen verify and no DCP route")
+    batch = Batch(num_reqs=4, query_len=1, context=256, num_spec=0)
+    mla_block_tables(batch, batch.max_seq_len)
+    a = make_mla_builder(aiter_mla, full_cg=False, max_reqs=8, max_len=batch.max_seq_len)
+    b = make_mla_builder(aiter_mla, full_cg=False, max_reqs=8, max_len=batch.max_seq_len)
+    md = mla_metadata(aiter_mla, a, batch, 0)
+    assert b.can_reuse_metadata(a, md, batch.common(1))  # the plain decode is reused
+
+    def with_decode(**changes: Any) -> Any:
+        decode = aiter_mla.AiterMLADecodeMetadata(**{**md.decode.__dict__, **changes})
+        return aiter_mla.AiterMLAMetadata(**{**md.__dict__, "decode": decode})
+
+    route = aiter_mla._DCPDecodeRoute
+    rebuilt = {
+        "varlen verify": with_decode(varlen_q_rows=torch.zeros(4, dtype=torch.int64)),
+        "CPRR route": with_decode(dcp_route=next(r for r in route if r is not route.PLAIN)),
+        "CPRR global indptr": with_decode(g_kv_indptr=torch.zeros(5, dtype=torch.int32)),
+        "Triton verify (no flat pages)": with_decode(paged_kv_indices=None),
+    }
+    for what, metadata in rebuilt.items():
+        assert not b.can_reuse_metadata(a, metadata, batch.common(1)), what
+    b.dcp_world_size = 2
+    assert not b.can_reuse_metadata(a, md, batch.common(1)), "DCP"

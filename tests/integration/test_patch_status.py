@@ -91,15 +91,11 @@ def test_reverse_apply_reads_as_already_upstream(tmp_path: Path) -> None:
             assert (r.verdict, r.detail) == (UPSTREAM, "reverse-applies"), r
 
 
-#: Fixes the other base still needs but its series does not carry yet (docs/patches.md: 0100 is not
-#: ported to 0.34.0). status names each as a problem and exits 1; drop the entry when the port lands.
-NOT_PORTED = {"0100"}
-
-
 def test_status_of_a_base_with_its_own_series() -> None:
     """`status --base 0.34.0`: the fixes its series drops are proven upstream by their own Verified-By tests
     on the unpatched release; each patch of its series applies, and its test fails unpatched and passes
-    patched. A fix neither upstream nor carried is a problem, and the command exits 1."""
+    patched. Nothing is left to port, so the command exits 0 with no problem (a fix neither upstream nor
+    carried is a problem: tests/integration/test_patch_status_rows.py)."""
     other = next(v for v, b in load_pins(REPO / "versions.json").bases.items() if not b.default)
     fetch_base(other, say=lambda m: None)
     proc = subprocess.run(
@@ -110,7 +106,7 @@ def test_status_of_a_base_with_its_own_series() -> None:
         timeout=1200,
     )
     doc = json.loads(proc.stdout)
-    assert proc.returncode == (1 if NOT_PORTED else 0), (proc.stdout[-3000:], proc.stderr[-3000:])
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     rows = {row["patch"]: row for row in doc["patches"]}
     own = load_series(base=other)
     kept = {p.fix for p in own}
@@ -119,14 +115,12 @@ def test_status_of_a_base_with_its_own_series() -> None:
     for p in dropped:
         row = rows[p.name]
         print(f"{other} dropped {row['status']:<17} {p.name}: {row['detail']}")
-        if p.fix in NOT_PORTED:
-            assert row["status"] == CONFLICTS and row["unpatched"] is False, row
-        else:
-            assert row["role"] == "dropped" and row["status"] == UPSTREAM and row["unpatched"] is True, row
+        assert row["role"] == "dropped" and row["status"] == UPSTREAM and row["unpatched"] is True, row
     for p in own:
         row = rows[p.name]
         print(f"{other} series  {row['status']:<17} {p.name}: {row['detail']}")
         assert row["role"] == "series" and row["status"] == APPLIES, row
         assert (row["unpatched"], row["patched"]) == (False, True), row
-    not_ported = sorted(p.name for p in dropped if p.fix in NOT_PORTED)
-    assert doc["problems"] == [f"{n} is left out of the series but is not upstream (conflicts)" for n in not_ported]
+    # Both fixes the default base carries that are not upstream are in the base's own series, ported.
+    assert {p.fix for p in own} == {"0004", "0100"}
+    assert doc["problems"] == []

