@@ -222,6 +222,10 @@ def run(tree: Path, device_name: str, repeats: int, kinds: list[str], graph_mode
         + (f" ({torch.cuda.get_device_name()})" if device.type == "cuda" else f" ({os.cpu_count()} cores)")
         + f", torch {torch.__version__}, {repeats} steps per arm, medians"
     )
+    from vllm.platforms import current_platform
+
+    target = os.environ.get("VLLM_TARGET_DEVICE")
+    print(f"vLLM platform: {type(current_platform).__name__} (VLLM_TARGET_DEVICE={target})")
     print(f"vllm tree: {tree}")
     header = (
         f"{'builder':<7} {'graph':<7} {'context':>8} {'14x build':>12} {'1 + 13 reuse':>13} {'saved':>11} {'ratio':>7}"

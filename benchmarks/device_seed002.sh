@@ -44,7 +44,11 @@ for name in ("pydantic", "transformers", "msgspec", "cachetools", "psutil", "reg
 print("missing:", ", ".join(missing) if missing else "none")
 PYEOF
   echo "== benchmark (NVIDIA KDA builder; eager and full-cudagraph buffers; AMD builder for reference)"
-  VLLM_TARGET_DEVICE=cuda "$PY" benchmarks/bench_metadata_reuse.py --tree "$TREE" --device cuda \
+  # vLLM's CUDA platform begins by importing the compiled extension, built for torch 2.13, which this
+  # machine does not have (benchmarks/results/2026-12-04-h200-seed002.md). The CPU platform keeps the import
+  # in Python; the builders still run on CUDA tensors, and the only platform question on their path
+  # (NVIDIA KDA: launch its staging kernel with PDL?) is then answered no. The header names the platform.
+  VLLM_TARGET_DEVICE=${VLLM_TARGET_DEVICE:-cpu} "$PY" benchmarks/bench_metadata_reuse.py --tree "$TREE" --device cuda \
     --kinds nvidia,amd --graph eager,full --repeats 300
   echo "rc=$?"
 } 2>&1 | tee "$OUT/seed002_bench.txt"
