@@ -194,6 +194,9 @@ def test_a_rollout_refuses_an_image_of_a_base_the_checkout_does_not_know(tmp_pat
         signed_record(tmp_path, _summarise({"service": "pypi"}, CLEAN), "0.99.0", ident=ident)
         out = _rollback(tmp_path, inv, "--image", ref, *keys, action="rollout")
         assert "built on vLLM 0.99.0, a base this checkout's versions.json does not know" in out, out[-3000:]
+        # The hint fits the failure: other inputs than this checkout's, not a missing signature.
+        assert "roll out an image built from this checkout, or run the rollout from the checkout" in out
+        assert "Sign it with a key" not in out
         assert "stops before any node pulls the image" in out, out[-3000:]
 
         shutil.rmtree(tmp_path / "store")

@@ -29,7 +29,7 @@ def test_an_image_the_gate_cannot_verify_stops_the_run_before_the_pull(tmp_path:
     assert proc.returncode != 0, proc.stdout[-3000:]
     out = proc.stdout
     assert f"NOT verified {NOWHERE}: digest:" in out, out[-3000:]
-    assert "The rollout stops before any node pulls the image" in out
+    assert "The rollout stops before any node pulls the image. Push the image to the registry" in out, out[-3000:]
     assert "No node has been touched" in out
     assert "NOT CHECKED: supply chain" not in out
     assert not pulled(out), out[-3000:]
@@ -42,6 +42,7 @@ def test_no_trusted_key_is_a_failure_not_a_pass(tmp_path: Path, monkeypatch: pyt
     proc = rollout(_inventory(tmp_path))
     assert proc.returncode != 0
     assert f"NOT verified {NOWHERE}: signature: no trusted key given" in proc.stdout, proc.stdout[-3000:]
+    assert "Sign it with a key whose public half is in vfleet_node_trusted_keys" in proc.stdout
     assert not pulled(proc.stdout)
 
 

@@ -38,6 +38,25 @@ class Check:
     message: str
 
 
+#: A byproduct missing from the signed Statement, missing from the record, or changed after signing.
+_RECORD_UNLIKE_SIGNED = "The record is not what was signed: rebuild and sign the image, do not edit its record"
+
+#: What to do about each failed check, as the gate's message ends (`vfleet image verify --json`'s `hint`).
+HINTS = {
+    "digest": "Push the image to the registry the fleet pulls from, or name it by a reference that resolves there",
+    "record": "Roll out an image built by `vfleet image build` with this store (--store), or point --store at "
+    "the store of the machine that built it",
+    "signature": "Sign it with a key whose public half is in vfleet_node_trusted_keys (--trusted-key PUB) or "
+    "VFLEET_TRUSTED_KEYS, or roll out an image built and signed from this checkout",
+    "subject": "Roll out the image the signed provenance names, or sign this one (`vfleet image sign REF --key PRIV`)",
+    "sbom": _RECORD_UNLIKE_SIGNED,
+    "vulnerabilities": _RECORD_UNLIKE_SIGNED,
+    "materials": "The image was built from other inputs than this checkout's (base, wheels, series, profiles): "
+    "roll out an image built from this checkout, or run the rollout from the checkout it was built from",
+    "vulnerability-policy": "Fix what the vulnerability policy names",
+}
+
+
 @dataclass
 class Result:
     ref: str
@@ -60,11 +79,18 @@ class Result:
             return f"verified {self.ref} ({self.digest}): signed by {self.signer}; SBOM and materials match{line}"
         return f"NOT verified {self.ref}: {bad.name}: {bad.message}"
 
+    @property
+    def hint(self) -> str:
+        """What to do about the first failed check ('' when verified)."""
+        bad = next((c for c in self.checks if not c.ok), None)
+        return "" if bad is None else HINTS.get(bad.name, "")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "ref": self.ref,
             "verified": self.ok,
             "reason": self.reason,
+            "hint": self.hint,
             "digest": self.digest,
             "image_id": self.image_id,
             "signer": self.signer,
