@@ -19,33 +19,41 @@ from vfleet.images.refs import FAMILIES, LABEL, ROOT, ImageError, base_ref, gpu_
 # -- labels and the image build -------------------------------------------------------------------
 
 
+#: What an image is built from: a change under these makes the checkout's revision "-dirty".
+BUILD_INPUTS = ("vfleet", "patches", "serve_configs", "images", "versions.json", "pyproject.toml")
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False).stdout.strip()
+
+
 def git_revision(root: Path) -> str:
     try:
-        rev = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
-        ).stdout.strip()
-        dirty = subprocess.run(
-            [
-                "git",
-                "-C",
-                str(root),
-                "status",
-                "--porcelain",
-                "--",
-                "vfleet",
-                "patches",
-                "serve_configs",
-                "images",
-                "versions.json",
-                "pyproject.toml",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
+        rev = _git(root, "rev-parse", "HEAD")
+        dirty = _git(root, "status", "--porcelain", "--", *BUILD_INPUTS)
     except OSError:
         return "unknown"
     return (rev or "unknown") + ("-dirty" if dirty else "")
+
+
+def build_time(root: Path) -> dt.datetime:
+    """The image's `created` time: SOURCE_DATE_EPOCH when set (reproducible-builds.org), else the commit time
+    of the checkout's HEAD when its build inputs are unchanged, else now. A rebuild of one clean checkout
+    then gets the same labels, and with every layer cached the same image ID, instead of a new image that
+    differs from the last only in this label."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if epoch:
+        try:
+            return dt.datetime.fromtimestamp(int(epoch), dt.UTC)
+        except (ValueError, OverflowError, OSError) as exc:
+            raise ImageError(f"SOURCE_DATE_EPOCH={epoch!r} is not a Unix time in seconds: unset it or fix it") from exc
+    rev = git_revision(root)
+    if rev != "unknown" and not rev.endswith("-dirty"):
+        try:
+            return dt.datetime.fromtimestamp(int(_git(root, "log", "-1", "--format=%ct", "HEAD")), dt.UTC)
+        except (OSError, ValueError):
+            pass
+    return dt.datetime.now(dt.UTC)
 
 
 def source_url(root: Path) -> str:
@@ -64,7 +72,7 @@ def build_labels(context: Path, version: str | None = None) -> dict[str, str]:
     return {
         "SOURCE_URL": source_url(ROOT),
         "VCS_REF": git_revision(ROOT),
-        "CREATED": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "CREATED": build_time(ROOT).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "VFLEET_VERSION": __version__,
         "VLLM_VERSION": vllm_base("cuda", version).version,
         "PATCHES_DIGEST": tree_digest([context / "patches"], context),
