@@ -308,8 +308,8 @@ def test_prefix_cache_alert_follows_the_profiles(config_tree: ConfigTree) -> Non
 
 def test_custom_buckets_off_an_alert_bound_are_refused(config_tree: ConfigTree) -> None:
     """vLLM 0.34's `--custom-histogram-buckets` can move the edges the latency alerts read: a profile
-    whose TTFT edges leave out the alert's bound stops `vfleet alerts`, naming the profile, the family and
-    the fix; edges that keep the bound are accepted."""
+    whose TTFT edges leave out the alert's bound stops `vfleet alerts` and `vfleet check`, naming the
+    profile, the family and the fix; edges that keep the bound are accepted."""
 
     def edges(values: list[float]) -> Any:
         def edit(d: dict[str, Any]) -> None:
@@ -324,8 +324,15 @@ def test_custom_buckets_off_an_alert_bound_are_refused(config_tree: ConfigTree) 
     assert proc.returncode != 0, proc.stdout + proc.stderr
     assert "vllm.custom-histogram-buckets.time_to_first_token has no edge at 10 s" in proc.stderr, proc.stderr
     assert "glm-5.3-flash/" in proc.stderr and "add 10 to its edges" in proc.stderr
+    # `vfleet check` refuses the profile too, before any rollout, on every base
+    proc = subprocess.run([sys.executable, "-m", "vfleet", "check"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAIL glm-5.3-flash/" in proc.stderr, proc.stderr
+    assert "  vllm.custom-histogram-buckets.time_to_first_token has no edge at 10 s" in proc.stderr, proc.stderr
     config_tree.edit("models/glm-5.3-flash/model.yaml", edges([0.5, 1.0, 5.0, 10.0, 20.0]))
     assert Fleet.from_profiles().prefix_cached == ["glm-5.3-flash", "tiny"]
+    proc = subprocess.run([sys.executable, "-m", "vfleet", "check"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     # the command line's form, a JSON object, is read too; text that is neither is refused, not skipped
     assert rules.bucket_edge_problems("p", {"custom-histogram-buckets": '{"time_to_first_token": [1, 10]}'}) == []
     assert (

@@ -1,8 +1,9 @@
-"""`vfleet check`: load every profile for every vLLM base of versions.json and enforce every rule; exit
-non-zero on any violation, or on a layer file that no profile reads (a misspelt family, arch, platform or
-base). With --parsers, each base's own `vllm serve` parser must also read every profile as meant: the
-default base's from this Python's vLLM (or its pinned wheel), another base's from its pinned wheel's Python
-tree (`vfleet patches fetch-base`, downloaded once)."""
+"""`vfleet check`: load every profile for every vLLM base of versions.json and enforce every rule (and keep
+the latency alerts' bounds on any histogram edges the profile moves); exit non-zero on any violation, or on
+a layer file that no profile reads (a misspelt family, arch, platform or base). With --parsers, each base's
+own `vllm serve` parser must also read every profile as meant: the default base's from this Python's vLLM
+(or its pinned wheel), another base's from its pinned wheel's Python tree (`vfleet patches fetch-base`,
+downloaded once)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vfleet.errors import ProfileError, VfleetError
+from vfleet.monitoring.rules import bucket_edge_problems
 from vfleet.patchset import fetch
 from vfleet.profiles import Catalog
 from vfleet.rules import RULES, evaluate
@@ -47,11 +49,15 @@ def run(args: argparse.Namespace) -> int:
         waived: set[str] = set()
         for base in bases:
             try:
-                result = evaluate(Catalog(base=base).load(name))
+                profile = Catalog(base=base).load(name)
             except ProfileError as exc:
                 per_base[base] = [str(exc)]
                 continue
-            per_base[base] = [str(v) for v in result.violations]
+            result = evaluate(profile)
+            # Histogram edges a profile moves (--custom-histogram-buckets) must keep the latency alerts'
+            # bounds, which `vfleet alerts` checks as well; here the profile is refused before a rollout.
+            edges = [m.removeprefix(f"{name}: ") for m in bucket_edge_problems(name, profile.vllm)]
+            per_base[base] = [str(v) for v in result.violations] + edges
             waived |= {v.rule.id for v in result.waived}
         # A problem of every base is said once; one of some bases names them.
         everywhere = [
