@@ -718,13 +718,19 @@ def make_mla_builder(mod: types.ModuleType, *, full_cg: bool, max_reqs: int, max
 
 def mla_metadata(mod: types.ModuleType, b: Any, batch: Batch, i: int) -> Any:
     """What MLACommonMetadataBuilder.build assembles for a decode-only batch."""
+    return mla_metadata_for(mod, b, batch, batch.block_tables[i], batch.slot_mappings[i])
+
+
+def mla_metadata_for(
+    mod: types.ModuleType, b: Any, batch: Batch, block_table: torch.Tensor, slot_mapping: torch.Tensor
+) -> Any:
     b._decode_causal = True
     n = batch.num_reqs
     kwargs: dict[str, Any] = {}
     if "max_query_len" in inspect.signature(b._build_decode).parameters:
         kwargs["max_query_len"] = batch.max_query_len  # 0.34
     decode = b._build_decode(
-        block_table_tensor=batch.block_tables[i][:n],
+        block_table_tensor=block_table[:n],
         seq_lens_device=batch.seq_lens[:n],
         max_seq_len=batch.max_seq_len,
         query_start_loc_cpu=batch.query_start_loc_cpu[: n + 1],
@@ -739,7 +745,7 @@ def mla_metadata(mod: types.ModuleType, b: Any, batch: Batch, i: int) -> Any:
         max_seq_len=batch.max_seq_len,
         num_actual_tokens=batch.num_tokens,
         query_start_loc=batch.query_start_loc,
-        slot_mapping=batch.slot_mappings[i],
+        slot_mapping=slot_mapping,
         num_decodes=n,
         num_decode_tokens=batch.num_tokens,
         num_prefills=0,
@@ -842,3 +848,99 @@ def test_aiter_mla_reuses_only_the_plain_flat_page_decode(aiter_mla: types.Modul
         assert not b.can_reuse_metadata(a, metadata, batch.common(1)), what
     b.dcp_world_size = 2
     assert not b.can_reuse_metadata(a, md, batch.common(1)), "DCP"
+
+
+MLA_MANAGER_BLOCK = 64  # the KV-cache manager's block: 4 kernel blocks of MLA_KERNEL_BLOCK
+
+
+def test_aiter_mla_reuse_hands_each_group_its_kernel_block_table(
+    aiter_mla: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0.34's runner hands a builder its group's block table mapped from manager blocks to kernel blocks
+    (``AttentionGroup._with_kernel_block_table``, in ``build_metadata``). The reuse path must hand
+    ``update_block_table`` the same mapped table, or every reused group reads the wrong pages.
+
+    This walks the runner's ``_build_or_reuse_metadata`` over 6 MLA groups of real ``AttentionGroup``s
+    with a 64-token manager block and 16-token kernel blocks. The source group's ``build()`` is the
+    decode half of the real builder (``_build_decode``): its full ``build()`` needs AITER, which is
+    ROCm-only. Token t of request r must land on page ``bt[r, t // 64] * 64 + t % 64`` of the flat KV
+    buffer, worked out here from the manager-block table alone. The second half hands the reuse path
+    the unmapped table and shows the check catching it."""
+    if not hasattr(AttentionGroup, "_with_kernel_block_table"):
+        pytest.skip("0.30.0's runner hands builders no mapped table: its builders map kernel blocks themselves")
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec
+
+    batch = Batch(num_reqs=8, query_len=1, context=1024, num_spec=0)
+    per_req = -(-batch.max_seq_len // MLA_MANAGER_BLOCK)
+    g = torch.Generator().manual_seed(11)
+    batch.block_tables = [
+        torch.randperm(1 << 10, generator=g)[: batch.num_reqs * per_req].to(torch.int32).view(batch.num_reqs, per_req)
+        for _ in range(MLA_GROUPS)
+    ]
+    spec = MLAAttentionSpec(block_size=MLA_MANAGER_BLOCK, num_kv_heads=1, head_size=576, dtype=torch.bfloat16)
+    ratio = MLA_MANAGER_BLOCK // MLA_KERNEL_BLOCK
+    max_len = per_req * MLA_MANAGER_BLOCK
+    builds: list[torch.Tensor] = []
+
+    def make_groups() -> list[AttentionGroup]:
+        groups = []
+        for i in range(MLA_GROUPS):
+            group = AttentionGroup(aiter_mla.AiterMLABackend, [f"layers.{i}.mla"], spec, i)
+            group.kernel_block_size = MLA_KERNEL_BLOCK
+            group.kernel_block_table = torch.zeros(1, 16, per_req * ratio, dtype=torch.int32)
+            group.kernel_block_offsets = torch.arange(ratio, dtype=torch.int32)
+            builder = make_mla_builder(aiter_mla, full_cg=False, max_reqs=16, max_len=max_len)
+
+            def build(_prefix: int, common: CommonAttentionMetadata, _b: Any = builder, **_kw: Any) -> Any:
+                builds.append(common.block_table_tensor.clone())
+                return mla_metadata_for(aiter_mla, _b, batch, common.block_table_tensor, common.slot_mapping)
+
+            builder.build = build
+            group.metadata_builders = [builder]
+            groups.append(group)
+        return groups
+
+    def run(groups: list[AttentionGroup]) -> list[Any]:
+        sources: dict[Any, Any] = {}
+        out = []
+        for i, group in enumerate(groups):
+            out.append(
+                attn_utils._build_or_reuse_metadata(
+                    group,
+                    group.get_metadata_builder(0),
+                    batch.common(i),
+                    0,
+                    batch.slot_mappings[i],
+                    batch.num_reqs,
+                    None,
+                    False,
+                    sources,
+                    (True, batch.is_prefilling, {}),
+                )
+            )
+        return out
+
+    def pages_wrong(got: list[Any]) -> list[int]:
+        wrong = []
+        for i in range(MLA_GROUPS):
+            rows = []
+            for r in range(batch.num_reqs):
+                t = torch.arange(int(batch.seq_lens[r]))
+                bt = batch.block_tables[i][r].long()
+                rows.append((bt[t // MLA_MANAGER_BLOCK] * MLA_MANAGER_BLOCK + t % MLA_MANAGER_BLOCK).int())
+            ref = torch.cat(rows)
+            if not torch.equal(got[i].decode.paged_kv_indices[: len(ref)], ref):
+                wrong.append(i)
+        return wrong
+
+    got = run(make_groups())
+    assert len(builds) == 1, f"{len(builds)} builds for {MLA_GROUPS} groups of one reuse key"
+    assert builds[0].shape == (batch.num_reqs, per_req * ratio), "the source build got no kernel-block table"
+    assert pages_wrong(got) == []
+
+    # The same walk with the reuse path handed the manager-block table: every reused group is caught.
+    builds.clear()
+    groups = make_groups()
+    for group in groups[1:]:
+        monkeypatch.setattr(group, "_with_kernel_block_table", lambda common, ubatch_idx=0: common)
+    assert pages_wrong(run(groups)) == list(range(1, MLA_GROUPS))

@@ -164,8 +164,12 @@ def test_patch_applies_with_no_fuzz(base: str, base_tree: Path) -> None:
     assert "vllm/v1/attention/backends/mla/rocm_aiter_mla.py" in touched
 
 
-#: Cases about code only a later base has (0.34's AITER decode routes): they skip on the default base.
-LATER_BASES_ONLY = {"test_aiter_mla_reuses_only_the_plain_flat_page_decode"}
+#: Cases about code only a later base has (0.34's AITER decode routes, its runner's kernel-block
+#: tables): they skip on the default base.
+LATER_BASES_ONLY = {
+    "test_aiter_mla_reuses_only_the_plain_flat_page_decode",
+    "test_aiter_mla_reuse_hands_each_group_its_kernel_block_table",
+}
 
 
 def test_cases_pass_on_patched_tree(base: str, patched_tree: Path, tmp_path: Path) -> None:
