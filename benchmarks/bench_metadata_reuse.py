@@ -172,6 +172,8 @@ def run(tree: Path, device_name: str, repeats: int, kinds: list[str], graph_mode
         finally:
             if hook is not None:
                 cls.check_and_update_config = hook
+            else:  # the class inherited it: drop the stand-in, the inherited hook shows again
+                del cls.check_and_update_config
 
     def make_config(full_cg: bool) -> Any:
         cfg = new_config()
