@@ -126,7 +126,8 @@ class IntegritySpec(Strict):
         description=(
             "confirmation rounds: while a cached answer departs beyond the allowance, every question gets another "
             "cache_salt pair, up to this many times, and the noise floor is measured again (under traffic one pair "
-            "showed the noise only about half the time; docs/boot-verify.md)"
+            "showed the noise only about half the time; docs/boot-verify.md); where no noise shows, each round also "
+            "asks a departing question's cached prompt again, and only a departure that repeats fails"
         ),
     )
     noise_bound: float = Field(

@@ -168,7 +168,13 @@ def _integrity(report: dict[str, Any]) -> dict[str, Any]:
     questions = [
         {
             "question": _fmt(q.get("question")),
-            "verdict": _fmt(q.get("verdict")),
+            "verdict": _fmt(q.get("verdict"))
+            + (
+                f" (its first cached answer departed by {_fmt(q['first_ask_gap'], '.4g')} nats, "
+                f"not again over {_fmt(q.get('cached_answers'), 'd')} asks)"
+                if q.get("first_ask_gap") is not None
+                else ""
+            ),
             "noise": _fmt(q.get("noise"), ".4g"),
             "gap": _fmt(q.get("max_gap"), ".4g"),
         }

@@ -184,6 +184,13 @@ def markdown(report: Report) -> str:
                 lines.append(
                     f"| {name} | {q['verdict']} | {q['noise']:.4g} | {q['max_gap']:.4g} | {q['salted_answers']} |"
                 )
+            lines += [
+                f"\n{q['question']}: its first cached answer departed by {q['first_ask_gap']:.4g} nats and the "
+                f"same cached prefix asked again ({q['cached_answers']} asks in all) did not; damage stored in the "
+                "cache would have departed again, so this was not counted as a fault."
+                for q in integ.questions_judged
+                if q.get("first_ask_gap") is not None
+            ]
     if f.log_families:
         allowed = f.log_allowed or []
         lines += [

