@@ -306,6 +306,7 @@ def judge_probe(
             verdict = "mismatch"
             passing = [nearest(a, salted) for a in again]
             passing = [(kk, c) for kk, c in passing if _within(c, allowed, floor)]
+            repeated["repeats_agreeing"] = len(passing)
             if passing and cmp["max_gap"] <= noise_bound:
                 # The first ask departed, a repeat over the same cached blocks did not: not stored damage.
                 repeated["first_ask_gap"] = cmp["max_gap"]
@@ -319,6 +320,7 @@ def judge_probe(
                 "noise_flip": noise["flip"],
                 "floor": floor,
                 "allowance": allowed,
+                "noise_bound": noise_bound,
                 "salted_answers": len(salted),
                 "nearest": k,
                 **repeated,
@@ -403,6 +405,11 @@ def describe_mismatch(m: dict[str, Any], tolerance: float) -> str:
         )
     n = m.get("cached_answers") or 1
     again = f" (it departed on all {n} asks of the cached prompt)" if n > 1 else ""
+    if m.get("repeats_agreeing"):
+        again = (
+            f" ({m['repeats_agreeing']} of {n - 1} repeats over the same cached blocks agreed, but a one-off "
+            f"departure above integrity.noise_bound {m.get('noise_bound', 0.0):g} nats is no rounding)"
+        )
     return f"{m['question']}: {where}; {gap}{again}; cached {m['cached_text']!r} vs salted {m['salted_text']!r}"
 
 

@@ -294,7 +294,11 @@ def test_a_large_departure_that_does_not_repeat_still_fails() -> None:
     base = _load("graph-c0-pool512.json")[0][0][1][0]
     asked = [(_shift(base, 0, 2 * SPEC.noise_bound), [base, copy.deepcopy(base)])]
     judged, _ = judge_with_rounds(asked, SPEC, _idle_pairs(base), Asks(copy.deepcopy(base)))
-    assert judged["questions"][0]["verdict"] == "mismatch"
+    q = judged["questions"][0]
+    assert q["verdict"] == "mismatch"
+    line = describe_mismatch({**q, "question": "question 0"}, SPEC.logprob_tolerance)
+    assert "4 of 4 repeats over the same cached blocks agreed, but a one-off departure above " in line
+    assert f"integrity.noise_bound {SPEC.noise_bound:g} nats is no rounding" in line and "on all" not in line
 
 
 def test_no_repeat_is_asked_where_the_salted_pairs_show_noise() -> None:
