@@ -451,6 +451,7 @@ def test_load_check_fails_below_the_profile_limits(
 
 
 TOLERANCE = Catalog().load(PROFILE).verify.integrity.logprob_tolerance
+QUESTIONS = Catalog().load(PROFILE).verify.integrity.questions
 SHIFT = 2 * TOLERANCE or 1e-4
 
 
@@ -462,7 +463,7 @@ class CorruptingProxy(http.server.ThreadingHTTPServer):
     confident model. ``mode`` "salt": drops `cache_salt` from every request, as a server that ignored
     it would (the references then hit the cache). ``mode`` "once": corrupts only the first such request,
     a departure that does not repeat. ``mode`` "once-miss": as "once", and every such request after the
-    probe's three first cached asks (its repeats) reports no prefix-cache hit, as after an eviction."""
+    probe's first cached ask of each question (its repeats) reports no prefix-cache hit, as after an eviction."""
 
     def __init__(self, upstream: str, mode: str) -> None:
         self.upstream = upstream
@@ -527,7 +528,7 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
                     last = list(first)[-1]
                     first[last] -= SHIFT
                     self.server.corrupted += 1
-            if self.server.mode == "once-miss" and self.server.hit_with_logprobs > 3:
+            if self.server.mode == "once-miss" and self.server.hit_with_logprobs > QUESTIONS:
                 doc["usage"]["prompt_tokens_details"]["cached_tokens"] = 0
             data = json.dumps(doc).encode()
         self._reply(status, data, ctype)

@@ -310,7 +310,6 @@ def judge_probe(
             if passing and cmp["max_gap"] <= noise_bound:
                 # The first ask departed, a repeat over the same cached blocks did not: not stored damage.
                 repeated["first_ask_gap"] = cmp["max_gap"]
-                repeated["first_ask_diff_position"] = cmp["first_diff_position"]
                 (k, cmp), verdict = passing[0], "ok"
         out.append(
             {

@@ -312,6 +312,28 @@ def test_no_repeat_is_asked_where_the_salted_pairs_show_noise() -> None:
     assert rounds == SPEC.noise_rounds and judged["questions"][0]["verdict"] == "mismatch" and asks.calls == 0
 
 
+RECORDED_REPORT = (
+    Path(__file__).resolve().parents[2] / "fixtures" / "h200-verify" / "run2" / "verify-graph" / "report.json"
+)
+
+
+def _report_of(tmp_path: Path, judged: dict[str, Any], rounds: int, questions_judged: list[dict[str, Any]]) -> Path:
+    """The recorded H200 report with JUDGED's noise-rule figures written in, as tmp_path/report.json."""
+    data = json.loads(RECORDED_REPORT.read_text())
+    data["figures"]["integrity"].update(
+        noise_factor=SPEC.noise_factor,
+        noise_bound=SPEC.noise_bound,
+        noise_floor=judged["floor"],
+        allowance=judged["allowance"],
+        noise_rounds=rounds,
+        questions_judged=questions_judged,
+        too_noisy=[],
+        records=[],
+    )
+    (tmp_path / "report.json").write_text(json.dumps(data))
+    return tmp_path / "report.json"
+
+
 def test_report_shows_the_noise_floor_next_to_each_gap(tmp_path: Path) -> None:
     """report.md and report.html give each question's noise, the floor, its gap and the allowance; a report
     written before the rule reads and writes back without the new keys."""
@@ -319,30 +341,16 @@ def test_report_shows_the_noise_floor_next_to_each_gap(tmp_path: Path) -> None:
     from vfleet.verify import report
     from vfleet.verify.model import Report
 
-    recorded = (
-        Path(__file__).resolve().parents[2] / "fixtures" / "h200-verify" / "run2" / "verify-graph" / "report.json"
-    )
-    old = Report.load(recorded)
+    old = Report.load(RECORDED_REPORT)
     assert "noise_floor" not in json.dumps(old.dump()["figures"]["integrity"])
     probe = _load("graph-c16.json")[0]
     judged = _judge(probe)
-    data = json.loads(recorded.read_text())
-    data["figures"]["integrity"].update(
-        noise_factor=SPEC.noise_factor,
-        noise_bound=SPEC.noise_bound,
-        noise_floor=judged["floor"],
-        allowance=judged["allowance"],
-        noise_rounds=0,
-        questions_judged=[
-            {"question": f"question {q['index']}", **{k: q[k] for k in q if k in ("verdict", "noise", "noise_flip")}}
-            | {"max_gap": q["max_gap"], "first_diff_position": q["first_diff_position"], "salted_answers": 2}
-            for q in judged["questions"]
-        ],
-        too_noisy=[],
-        records=[],
-    )
-    (tmp_path / "report.json").write_text(json.dumps(data))
-    rep = Report.load(tmp_path / "report.json")
+    questions_judged = [
+        {"question": f"question {q['index']}", **{k: q[k] for k in q if k in ("verdict", "noise", "noise_flip")}}
+        | {"max_gap": q["max_gap"], "first_diff_position": q["first_diff_position"], "salted_answers": 2}
+        for q in judged["questions"]
+    ]
+    rep = Report.load(_report_of(tmp_path, judged, 0, questions_judged))
     md = report.markdown(rep)
     assert f"x noise floor {judged['floor']:.3g} + tolerance 0 = {judged['allowance']:.3g} nats" in md
     q0 = judged["questions"][0]
@@ -358,26 +366,13 @@ def test_report_says_when_a_departure_did_not_repeat(tmp_path: Path) -> None:
     from vfleet.verify import report
     from vfleet.verify.model import Report
 
-    recorded = (
-        Path(__file__).resolve().parents[2] / "fixtures" / "h200-verify" / "run2" / "verify-graph" / "report.json"
-    )
     base = _load("graph-c0-pool512.json")[0][0][1][0]
     asked = [(_step(base, 2), [base, copy.deepcopy(base)]), (copy.deepcopy(base), [base, copy.deepcopy(base)])]
     judged, rounds = judge_with_rounds(asked, SPEC, _idle_pairs(base), Asks(copy.deepcopy(base)))
-    data = json.loads(recorded.read_text())
-    data["figures"]["integrity"].update(
-        noise_factor=SPEC.noise_factor,
-        noise_bound=SPEC.noise_bound,
-        noise_floor=judged["floor"],
-        allowance=judged["allowance"],
-        noise_rounds=rounds,
-        questions_judged=[
-            {"question": f"question {q['index']}", **{k: q[k] for k in SUMMARY_KEYS[1:]}} for q in judged["questions"]
-        ],
-        too_noisy=[],
-        records=[],
-    )
-    (tmp_path / "report.json").write_text(json.dumps(data))
+    summary = [
+        {"question": f"question {q['index']}", **{k: q[k] for k in SUMMARY_KEYS[1:]}} for q in judged["questions"]
+    ]
+    _report_of(tmp_path, judged, rounds, summary)
     md = report.markdown(Report.load(tmp_path / "report.json"))
     assert (
         "question 0: its first cached answer departed by 0.03125 nats and the same cached prefix asked again "
