@@ -22,7 +22,9 @@ from test_verify_live import CmdlineWatch, assert_no_leak
 
 from vfleet import images, tinymodel
 from vfleet.profiles import Catalog
-from vfleet.server import ContainerServer
+from vfleet.server import ContainerServer, free_port
+from vfleet.verify.client import status_of
+from vfleet.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 PROFILE = "tiny/cpu"
@@ -109,6 +111,29 @@ def test_make_boot_verify_with_env_file_and_no_key_exported(served: ContainerSer
     assert json.loads((out / "report.json").read_text())["passed"]
 
 
+# A TCP forwarder: port 8000 of its container to ADDR:PORT (argv), one thread per direction and connection.
+FORWARD = """
+import socket, sys, threading
+def pipe(a, b):
+    try:
+        while data := a.recv(65536):
+            b.sendall(data)
+    except OSError:
+        pass
+    for s in (a, b):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+server = socket.create_server(("0.0.0.0", 8000))
+while True:
+    conn, _ = server.accept()
+    up = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+    for a, b in ((conn, up), (up, conn)):
+        threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+"""
+
+
 @pytest.mark.parametrize(
     ("label", "words"),
     [
@@ -123,8 +148,9 @@ def test_version_is_judged_by_the_image_label_of_the_base(
     from the CPU image with only its label changed (one LABEL line, no layer) says 0.34.0, a base
     versions.json knows, and fails against the 0.30.0 server; one naming an unknown base fails as
     mislabelled. A container label set by `docker run --label` is not read: the run below sets one that
-    agrees with the server, and the check still fails. The container only sleeps (the check reads its
-    image's labels and its manifest); the server is the real one the module serves."""
+    agrees with the server, and the check still fails. The container serves nothing itself (the check reads
+    its image's labels and its manifest): it publishes a port and forwards it to the real server the module
+    serves (FORWARD), since verify's --url must reach the container it names (issue 31)."""
     from vfleet.dockerd import docker
 
     tag = f"vfleet-test-version-label:{label.replace('.', '-')}"
@@ -136,13 +162,18 @@ def test_version_is_judged_by_the_image_label_of_the_base(
     )
     docker("build", "--quiet", "--tag", tag, str(tmp_path / "ctx"))
     try:
+        served_ip = docker("inspect", "--format", "{{.NetworkSettings.IPAddress}}", served.name).stdout.strip()
+        port = free_port()
         docker(
             "run", "--detach", "--name", name, "--label", "org.vfleet.managed=true", "--label",
-            "org.vfleet.vllm.version=0.30.0", "--entrypoint", "sleep", tag, "600",
+            "org.vfleet.vllm.version=0.30.0", "--publish", f"127.0.0.1:{port}:8000", "--entrypoint", "python3",
+            tag, "-c", FORWARD, served_ip, str(served.profile.port()),
         )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: status_of(f"{url}/health", timeout_s=2) == 200, 60, what=f"{url} to forward to {served.url}")
         out = tmp_path / "r"
         proc = subprocess.run(
-            [sys.executable, "-m", "vfleet", "verify", "--url", served.url, "--profile", PROFILE,
+            [sys.executable, "-m", "vfleet", "verify", "--url", url, "--profile", PROFILE,
              "--container", name, "--out", str(out), "-k", "test_version"],
             capture_output=True, text=True, timeout=300, check=False,
             env={**_without_key(), "VLLM_API_KEY": served.api_key},

@@ -5,10 +5,12 @@ manifest digest (asked of the registry), not to the local image id.
 
 Real docker and a real registry (Debian's docker-registry, the CNCF distribution registry, on a free
 loopback port, installed with apt-get when missing): two small images made with `docker import`, one
-pushed (it has RepoDigests) and one never pushed; one container of each, created and never started
-(`--log-driver none`, so `docker logs` fails and shows which daemon the suite asked). No vLLM server is
-needed: the image is read before the suite runs, and the server URL points nowhere. Everything made
-here is labelled org.vfleet.test=verify-image-digest and removed by its exact name.
+pushed (it has RepoDigests) and one never pushed; one container of each (`--log-driver none`, so `docker
+logs` fails and shows which daemon the suite asked), running a 129-byte static program that only waits
+(pause_elf()) and publishing a loopback port that nothing answers: the --url of verify must reach the
+container it names (issue 31), and one that reaches another server is refused. No vLLM server is needed:
+the image is read before the suite runs. Everything made here is labelled org.vfleet.test=verify-image-digest
+and removed by its exact name.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import platform
 import secrets
+import struct
 import subprocess
 import sys
 import tarfile
@@ -89,14 +93,31 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.wait(timeout=30)
 
 
+def pause_elf() -> bytes:
+    """A static x86-64 Linux program that waits for ever (pause(2) in a loop): the containers' only process,
+    so they run without a base image. One ELF header, one loadable segment, 9 bytes of code."""
+    assert platform.machine() == "x86_64", f"pause_elf() is x86-64 code; this machine is {platform.machine()}"
+    code = bytes.fromhex("b8 22 00 00 00  0f 05  eb f7")  # mov eax, 34 (pause); syscall; jmp back
+    base, size = 0x400000, 64 + 56 + len(code)
+    header = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)
+    header += struct.pack("<HHIQQQIHHHHHH", 2, 0x3E, 1, base + 64 + 56, 64, 0, 0, 64, 56, 1, 0, 0, 0)
+    segment = struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, size, size, 0x1000)
+    return header + segment + code
+
+
 def _import(ref: str) -> str:
-    """A one-file image with unique content, made with `docker import`; returns its id."""
+    """A small image with unique content and the waiting program /pause, made with `docker import`; returns
+    its id."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         data = f"{ref} {secrets.token_hex(8)}\n".encode()
         info = tarfile.TarInfo("vfleet-test.txt")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
+        prog = pause_elf()
+        info = tarfile.TarInfo("pause")
+        info.size, info.mode = len(prog), 0o755
+        tar.addfile(info, io.BytesIO(prog))
     docker("import", "--change", f"LABEL {LABEL}", "-", ref, stdin=buf.getvalue())
     return docker("image", "inspect", "--format", "{{.Id}}", ref).strip()
 
@@ -110,8 +131,10 @@ class Made:
     digest: str  # its registry manifest digest
     local: str  # REPO:TAG, never pushed
     local_id: str
-    c_pushed: str  # containers (created, not started)
+    c_pushed: str  # containers (running /pause)
     c_local: str
+    url_pushed: str  # the loopback URL each container publishes (nothing answers there)
+    url_local: str
 
 
 @pytest.fixture(scope="module")
@@ -130,12 +153,16 @@ def made(registry: str) -> Iterator[Made]:
         docker("push", pushed)
         repo_digests = json.loads(docker("image", "inspect", "--format", "{{json .RepoDigests}}", pushed))
         assert repo_digests and repo_digests[0].startswith(f"{repo}@sha256:"), repo_digests
+        urls = []
         for name, ref in ((c_pushed, pushed), (c_local, local)):
-            docker("create", "--name", name, "--label", LABEL, "--log-driver", "none", ref, "/not-started")
+            port = free_port()
+            docker("run", "--detach", "--name", name, "--label", LABEL, "--log-driver", "none",
+                   "--publish", f"127.0.0.1:{port}:8000", ref, "/pause")  # fmt: skip
             names.append(name)
+            urls.append(f"http://127.0.0.1:{port}")
         yield Made(
             registry=registry, repo=repo, pushed=pushed, pushed_id=pushed_id, digest=repo_digests[0].split("@")[1],
-            local=local, local_id=local_id, c_pushed=c_pushed, c_local=c_local,
+            local=local, local_id=local_id, c_pushed=c_pushed, c_local=c_local, url_pushed=urls[0], url_local=urls[1],
         )  # fmt: skip
     finally:
         for name in names:
@@ -153,8 +180,8 @@ def test_verify_records_the_image_the_container_runs(made: Made, tmp_path: Path)
     host = local_docker_host()
     out = tmp_path / "r"
     proc = vfleet(
-        "verify", "--url", DEAD_URL, "--profile", "tiny/cpu", "--container", made.c_pushed, "--docker-host", host,
-        "-k", "test_log", "--out", str(out),
+        "verify", "--url", made.url_pushed, "--profile", "tiny/cpu", "--container", made.c_pushed,
+        "--docker-host", host, "-k", "test_log", "--out", str(out),
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr  # the log cannot be read: the gate fails
     img = _report(out)["image"]
@@ -176,8 +203,8 @@ def test_verify_records_the_image_the_container_runs(made: Made, tmp_path: Path)
     for ref in (f"{made.repo}@{made.digest}", made.pushed):
         again = tmp_path / f"r-{len(list(tmp_path.iterdir()))}"
         proc = vfleet(
-            "verify", "--url", DEAD_URL, "--profile", "tiny/cpu", "--container", made.c_pushed, "--image", ref,
-            "-k", "test_health", "--out", str(again),
+            "verify", "--url", made.url_pushed, "--profile", "tiny/cpu", "--container", made.c_pushed,
+            "--image", ref, "-k", "test_health", "--out", str(again),
         )  # fmt: skip
         assert proc.returncode == 1, proc.stderr
         img = _report(again)["image"]
@@ -187,8 +214,8 @@ def test_verify_records_the_image_the_container_runs(made: Made, tmp_path: Path)
 def test_an_image_never_pushed_has_no_registry_digest(made: Made, tmp_path: Path) -> None:
     out = tmp_path / "r"
     proc = vfleet(
-        "verify", "--url", DEAD_URL, "--profile", "tiny/cpu", "--container", made.c_local, "-k", "test_health",
-        "--out", str(out),
+        "verify", "--url", made.url_local, "--profile", "tiny/cpu", "--container", made.c_local,
+        "-k", "test_health", "--out", str(out),
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr
     img = _report(out)["image"]
@@ -213,6 +240,35 @@ def test_an_image_reference_that_disagrees_with_the_container_is_refused(made: M
     assert not out.exists()  # refused before anything ran
 
 
+def test_a_url_that_reaches_another_server_is_refused_naming_both(made: Made, tmp_path: Path) -> None:
+    """The report attests the container's image and reads its log, so its traffic must go to it (issue 31):
+    --url at another live server (this module's registry answers there) or at the other container's port is
+    refused before any traffic, naming the URL, the container, what it publishes and the fix; so is a
+    container that is not running."""
+    for url in (f"http://{made.registry}", made.url_local):
+        out = tmp_path / f"r-{len(list(tmp_path.iterdir()))}"
+        proc = vfleet("verify", "--url", url, "--profile", "tiny/cpu", "--container", made.c_pushed,
+                      "--docker-host", local_docker_host(), "--out", str(out))  # fmt: skip
+        assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr
+        assert f"--url {url} does not reach --container {made.c_pushed}" in proc.stderr, proc.stderr
+        assert "is not a port the container publishes" in proc.stderr, proc.stderr
+        assert f"127.0.0.1:{made.url_pushed.rsplit(':', 1)[1]}->8000/tcp" in proc.stderr, proc.stderr
+        assert f"docker port {made.c_pushed}" in proc.stderr, proc.stderr  # the fix
+        assert not out.exists()  # refused before anything ran
+    # the same container, stopped: nothing it runs answers at its URL any more
+    docker("stop", "--time", "1", made.c_local)
+    try:
+        out = tmp_path / "stopped"
+        proc = vfleet("verify", "--url", made.url_local, "--profile", "tiny/cpu", "--container", made.c_local,
+                      "--out", str(out))  # fmt: skip
+        assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr
+        assert f"--url {made.url_local} does not reach --container {made.c_local}" in proc.stderr, proc.stderr
+        assert "the container is not running (exited)" in proc.stderr, proc.stderr
+        assert not out.exists()
+    finally:
+        docker("start", made.c_local)
+
+
 def test_docker_host_is_the_daemon_asked(made: Made, tmp_path: Path) -> None:
     nowhere = f"tcp://127.0.0.1:{free_port()}"
     out = tmp_path / "r"
@@ -228,7 +284,7 @@ def test_promote_resolves_a_tag_to_its_registry_digest(made: Made, tmp_path: Pat
     the operator promotes by tag; an image that was never pushed cannot be promoted by tag."""
     rdir = write_report(tmp_path / "reports", digest=made.digest, source="container")
     reg = tmp_path / "promotions.jsonl"
-    trust = ["--trusted-key", str(key_files()[1])]  # the key write_report signs the summary with
+    trust = ["--trusted-key", f"verify={key_files()[1]}"]  # the key write_report signs the summary with
     ok = vfleet("promote", made.pushed, "--profile", "tiny/cpu", "--report", str(rdir), "--registry", str(reg), *trust)
     assert ok.returncode == 0, ok.stderr
     entry = json.loads(reg.read_text().splitlines()[-1])
@@ -295,4 +351,9 @@ def test_ab_reads_each_arms_digest_from_its_container(made: Made, tmp_path: Path
     nowhere = f"tcp://127.0.0.1:{free_port()}"
     proc = vfleet(*promo, "--container-a", made.c_pushed, "--container-b", made.c_local, "--docker-host-b", nowhere)
     assert proc.returncode == 2 and f"(DOCKER_HOST={nowhere}) failed" in proc.stderr, proc.stderr
+    # Issue 31: an arm's URL must reach the container whose image the summary names, as for verify.
+    proc = vfleet("ab", "--a", a, "--b", made.url_local, "--container-a", made.c_pushed, "--container-b", made.c_local,
+                  "--out", str(out))  # fmt: skip
+    assert proc.returncode == 2 and a in proc.stderr and made.c_pushed in proc.stderr, proc.stderr
+    assert made.c_local not in proc.stderr, "arm B's URL is published by its container: only arm A is refused"
     assert not out.exists()  # refused before anything ran

@@ -280,6 +280,43 @@ def test_a_json_log_is_read(items: list[Item], monkeypatch: pytest.MonkeyPatch) 
     ) in res["faults"].message, res["faults"].message
 
 
+# What glibc's allocator (malloc.c malloc_printerr, straight to fd 2) and ROCr's core dump (printf) write: raw
+# lines outside any logger, with vLLM's process prefix when the process's Python streams carry it (issue 31).
+NATIVE_FAULTS: list[tuple[tuple[str, int] | None, str, str]] = [
+    (None, "double free or corruption (!prev)", "heap-corruption"),
+    (("EngineCore", 23), "malloc(): unaligned tcache chunk detected", "heap-corruption"),
+    (None, "GPU core dump created: gpucore.23", "gpu-core-dump"),
+]
+
+
+def _with_native_faults(items: list[Item]) -> list[Item]:
+    """The items with one NATIVE_FAULTS line after each of the first /v1/completions answers."""
+    out, left = [], list(NATIVE_FAULTS)
+    for it in items:
+        out.append(it)
+        if left and it.kind == "access" and "/v1/completions" in str(it.record.args):
+            proc, line, _ = left.pop(0)
+            out.append(Item(proc, "raw", raw=line))
+    assert not left
+    return out
+
+
+@pytest.mark.parametrize("form", ["plain", "color", "json"])
+def test_native_aborts_fail_in_every_log_format(items: list[Item], form: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A heap-corruption abort and a GPU core dump fail the fault check in the plain, colored and JSON logs,
+    each named by its line and family, as read from the file and as `vfleet verify` reads it."""
+    text = _render(_with_native_faults(items), form, monkeypatch)
+    for read in (text, _as_read(text)):
+        res = _checks(read)
+        assert [k for k, f in res.items() if f.ok is False] == ["faults"], {k: f.message for k, f in res.items()}
+        message = res["faults"].message
+        lines = read.split("\n")
+        for proc, line, family in NATIVE_FAULTS:
+            no = next(i + 1 for i, text_line in enumerate(lines) if line in text_line)
+            prefix = f"({proc[0]} pid={proc[1]}) " if proc else ""
+            assert f"line {no} [{family}]: {prefix}{line}" in message, message
+
+
 def test_a_json_log_without_levels_is_refused_with_the_fix(items: list[Item], monkeypatch: pytest.MonkeyPatch) -> None:
     """python-json-logger's JsonFormatter() with no format writes the message alone: no record can be
     weighed, so every check that applies to tiny/cpu fails and says what to change."""

@@ -28,6 +28,9 @@ FAULTS = {
     "illegal_memory.log": ("faults", ["expected no fault", "illegal memory access"]),
     "rocm_memory_fault.log": ("faults", ["Memory access fault by GPU node-2"]),
     "kernel_assert.log": ("faults", ["kernel-assert", "Assertion `prefix_lse_idx < num_tokens` failed"]),
+    # issue 31: glibc's heap-corruption abort and ROCr's GPU core dump, each the only sign in the log
+    "heap_corruption.log": ("faults", ["line 114 [heap-corruption]: double free or corruption (!prev)"]),
+    "gpu_core_dump.log": ("faults", ["line 114 [gpu-core-dump]: GPU core dump created: gpucore.1051"]),
     "engine_dead_midrun.log": ("faults", ["engine-died", "EngineDeadError"]),
     # a traceback is named by its first line and the exception that ended it (issue 22 item 4)
     "engine_died_under_load.log": (

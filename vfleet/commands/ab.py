@@ -25,7 +25,7 @@ from vfleet.ab.stats import MIN_ROUNDS, require_scipy
 from vfleet.errors import VfleetError
 from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
-from vfleet.verify import apikey, attestation
+from vfleet.verify import apikey, attestation, tie
 from vfleet.verify import image as image_mod
 
 
@@ -146,11 +146,14 @@ def run(args: argparse.Namespace) -> int:
             raise ab.AbInputError("below a promotion A/B's floors: " + "; ".join(floors))
     sign_key = attestation.sign_key_path(args.sign_key) if args.promotion else None
     signer = attestation.load_signer(sign_key) if sign_key is not None else None  # a bad key fails before the run
-    images = read_images(args)
+    urls = {"A": args.url_a, "B": url_b}
+    images, inspected = read_images(args)
     if args.promotion:
-        bad = gate.arms_problems({n: {"url": u, "image": images.get(n)} for n, u in (("A", args.url_a), ("B", url_b))})
+        bad = gate.arms_problems({n: {"url": u, "image": images.get(n)} for n, u in urls.items()})
         if bad:
             raise ab.AbInputError("not a promotion A/B: " + "; ".join(bad))
+    for name, (container, host, info) in inspected.items():
+        tie.require(urls[name], container, info, host)  # the summary attests the image the traffic measured
     key = apikey.resolve(args.api_key_env, args.env_file)
     model = args.model or (profile.served_model_name() if profile else None)
     arm_a = ab.probe_arm("A", args.url_a, key.value, model)
@@ -174,12 +177,16 @@ def run(args: argparse.Namespace) -> int:
     return 1 if res.broken else 0
 
 
-def read_images(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+def read_images(
+    args: argparse.Namespace,
+) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[str, str | None, dict[str, Any]]]]:
     """Each arm's image as its serving container runs it (vfleet.verify.image.from_container: docker
     inspect of the container's image RepoDigests). A typed --image-X is only a cross-check: without
     --container-X it is refused (a typed digest is a label, not a reading), and one that names another
-    image than the container runs is an error."""
+    image than the container runs is an error. Also each arm's (container, docker host, docker inspect),
+    to tie the arm's URL to its container (vfleet.verify.tie, as `vfleet verify` does)."""
     images: dict[str, dict[str, Any]] = {}
+    inspected: dict[str, tuple[str, str | None, dict[str, Any]]] = {}
     for name in ("A", "B"):
         low = name.lower()
         container, host, ref = (getattr(args, f"{k}_{low}") for k in ("container", "docker_host", "image"))
@@ -192,8 +199,10 @@ def read_images(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             if host is not None:
                 raise ab.AbInputError(f"--docker-host-{low} without --container-{low}")
             continue
-        images[name] = image_mod.from_container(container, host, ref).as_dict()
-    return images
+        info = image_mod.inspect_container(container, host)
+        images[name] = image_mod.from_container(container, host, ref, info).as_dict()
+        inspected[name] = (container, host, info)
+    return images, inspected
 
 
 def summary(rep: dict[str, Any], out: Path) -> str:

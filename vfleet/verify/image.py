@@ -148,12 +148,21 @@ def choose_digest(digests: list[str], ref: str | None) -> tuple[str | None, str]
     )
 
 
-def from_container(container: str, docker_host: str | None, operator_ref: str | None) -> ImageRecord:
-    """The image container NAME runs, read from docker. VfleetError when it cannot be read or when
-    ``operator_ref`` names another image."""
+def inspect_container(container: str, docker_host: str | None) -> dict[str, Any]:
+    """`docker container inspect NAME` (on ``docker_host``); VfleetError when it cannot be read."""
     info, why = _docker_inspect("container", container, docker_host)
     if info is None:
         raise VfleetError(f"--container {container}: {why}; name the serving container (docker ps) and its host")
+    return info
+
+
+def from_container(
+    container: str, docker_host: str | None, operator_ref: str | None, info: dict[str, Any] | None = None
+) -> ImageRecord:
+    """The image container NAME runs, read from docker (``info``: its `docker container inspect`, read
+    here when not given). VfleetError when it cannot be read or when ``operator_ref`` names another image."""
+    if info is None:
+        info = inspect_container(container, docker_host)
     image_id = str(info.get("Image") or "")
     started_as = str((info.get("Config") or {}).get("Image") or "") or None
     img, why = inspect_image(image_id, docker_host)

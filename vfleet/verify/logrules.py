@@ -89,6 +89,21 @@ FAMILIES: tuple[Family, ...] = (
         ),
     ),
     Family(
+        id="gpu-core-dump",
+        detail=(
+            "ROCr's `GPU core dump created: FILE` (and `Generating GPU core dump`, `Failed to create GPU "
+            "coredump`): the runtime dumped the GPU's state because a queue faulted"
+        ),
+        what="the ROCm runtime wrote a GPU core dump: a GPU queue faulted (memory violation, queue error)",
+        source="ROCm/ROCR-Runtime runtime/hsa-runtime/core/runtime/amd_core_dump.cpp (build_core_dump: "
+        '`printf("GPU core dump created: %s\\n", ...)`, `Core limit file reached. GPU core dump created: %s`, '
+        "`Generating GPU core dump to: %s`, perror `Failed to create GPU coredump`); issue 31",
+        patterns=ic(
+            r"\bGPU core ?dump (?:created|sent to pipe handler)\b",
+            r"\b(?:Generating|Failed to create) GPU core ?dump\b",
+        ),
+    ),
+    Family(
         id="gpu-runtime-error",
         detail=(
             "CUDA/HIP/HSA and vendor-library errors in any spelling and case: `CUDA error`, `cuda runtime "
@@ -156,6 +171,32 @@ FAMILIES: tuple[Family, ...] = (
             r"\b(?:HSA_STATUS_ERROR_OUT_OF_RESOURCES|CUBLAS_STATUS_ALLOC_FAILED|HIPBLAS_STATUS_ALLOC_FAILED)\b",
             r"\boom[-_ ]?kill",
             re.compile(r"\bMemoryError\b"),
+        ),
+    ),
+    Family(
+        id="heap-corruption",
+        detail=(
+            "glibc's allocator aborting on a corrupted heap: `double free or corruption (...)`, `corrupted size "
+            "vs. prev_size`, `corrupted double-linked list`, `free(): invalid pointer`, `malloc(): unaligned "
+            "tcache chunk detected` and every other `FUNCTION(): ...` check of malloc.c, old glibc's "
+            "``*** Error in `PROG': ...``"
+        ),
+        what="glibc's malloc found its heap corrupted and aborted the process (double free, bad pointer, overrun)",
+        source="glibc malloc/malloc.c malloc_printerr messages (_int_free: `free(): invalid pointer`, `double free "
+        "or corruption (fasttop|top|out|!prev)`; unlink_chunk: `corrupted size vs. prev_size`, `corrupted "
+        "double-linked list`; tcache_get: `malloc(): unaligned tcache chunk detected`); glibc < 2.26 printed "
+        "``*** Error in `PROG': MESSAGE: 0xADDR ***``; issue 31",
+        patterns=ic(
+            r"\bdouble free or corruption\b",
+            r"\bcorrupted size vs\.? prev_size\b",
+            r"\bcorrupted double-linked list\b",
+            r"\binvalid fastbin entry\b",
+            # malloc.c's checks print `FUNCTION(): WHAT`: free(), malloc(), realloc(), munmap_chunk(), ...
+            r"\b(?:free|malloc|realloc|calloc|memalign|munmap_chunk|mremap_chunk|malloc_consolidate"
+            r"|tcache_thread_shutdown|_int_malloc|_int_free|_int_realloc|_int_memalign)\(\): "
+            r"(?:invalid|corrupted|unaligned|double free|memory corruption|mismatching|too many chunks"
+            r"|smallbin|largebin|unsorted)",
+            r"\*\*\* Error in [`'][^`']*[`']: ",
         ),
     ),
     Family(

@@ -13,7 +13,7 @@ from pathlib import Path
 from vfleet.errors import VfleetError
 from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
-from vfleet.verify import apikey, attestation, logtemplates
+from vfleet.verify import apikey, attestation, logtemplates, tie
 from vfleet.verify import image as image_mod
 from vfleet.verify import report as report_mod
 from vfleet.verify.model import Report
@@ -63,7 +63,8 @@ def run(
 
     Bad input (VfleetError, exit 2) is found before anything is written: the profile, the log, the URL,
     the API key source, the signing key, the report directory, and the image (with ``container``: read
-    from docker on ``docker_host``, and an ``image`` reference that names another image is refused).
+    from docker on ``docker_host``, and an ``image`` reference that names another image is refused), and,
+    with ``container``, a URL that does not reach that container (vfleet.verify.tie).
 
     ``warning_baseline`` gives, for the image's registry digest, the report whose warning templates the
     log's are compared with (the last promoted one of the profile; `vfleet verify` looks it up): the
@@ -83,7 +84,9 @@ def run(
     if (out / "report.json").exists():
         raise VfleetError(f"{out} already holds a report; pass another --out")
     if container:
-        record = image_mod.from_container(container, docker_host, image)
+        info = image_mod.inspect_container(container, docker_host)
+        record = image_mod.from_container(container, docker_host, image, info)
+        tie.require(url, container, info, docker_host)  # the traffic goes to the container the report names
     elif image:
         record = image_mod.from_reference(image, docker_host)
     else:

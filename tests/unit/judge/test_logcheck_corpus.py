@@ -65,6 +65,14 @@ CORPUS: dict[str, list[str]] = {
         f"{E}RUNTIMEERROR: AN ILLEGAL MEMORY ACCESS WAS ENCOUNTERED",
         f"{W}misaligned address",
     ],
+    # ROCr amd_core_dump.cpp: printf to stdout, no prefix (a worker's stdout may carry vLLM's)
+    "gpu-core-dump": [
+        "GPU core dump created: gpucore.30336",
+        f"{W}GPU core dump created: gpucore.1",
+        "Core limit file reached. GPU core dump created: /var/crash/core.python3.1401607.gpu",
+        "Generating GPU core dump to: gpucore.12974",
+        "Failed to create GPU coredump: File exists",
+    ],
     "gpu-runtime-error": [
         f"{E}torch.AcceleratorError: CUDA error: invalid configuration argument",
         "cuda runtime error (719) : unspecified launch failure at /pytorch/aten/src/THC/THCCachingHost.cpp:278",
@@ -109,6 +117,23 @@ CORPUS: dict[str, list[str]] = {
         f"{W}hipErrorOutOfMemory",
         f"{W}RuntimeError: cuda out of memory",
         f"{W}CUDA_ERROR_OUT_OF_MEMORY",
+    ],
+    # glibc malloc/malloc.c malloc_printerr, as 2.26+ prints it and as older glibc did
+    "heap-corruption": [
+        "double free or corruption (!prev)",
+        "double free or corruption (fasttop)",
+        f"{W}double free or corruption (out)",
+        "corrupted size vs. prev_size",
+        "corrupted size vs. prev_size while consolidating",
+        "free(): invalid pointer",
+        f"{E}free(): invalid size",
+        "free(): double free detected in tcache 2",
+        "malloc(): unaligned tcache chunk detected",
+        "tcache_thread_shutdown(): unaligned tcache chunk detected",
+        "malloc(): corrupted top size",
+        "munmap_chunk(): invalid pointer",
+        "corrupted double-linked list",
+        "*** Error in `python3': free(): invalid next size (fast): 0x00007f3c84000b20 ***",
     ],
     "fatal-signal": [
         "Fatal Python error: Segmentation fault",
