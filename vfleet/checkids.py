@@ -42,7 +42,13 @@ def template(check_id: str) -> str:
     return LOAD_TEMPLATE if LOAD_ID_RE.match(check_id) else check_id
 
 
+#: The only checks a production profile may declare not applicable, and only where its serve arguments turn
+#: prefix caching off (vllm enable-prefix-caching: false): with no cache there is nothing to hit or to damage.
+#: Every other check (health, models, version, probes, load, metrics, the server log, GPU health) runs on
+#: every production node: rule production-checks-run (vfleet.profile_floors).
+PREFIX_CACHE_CHECKS: tuple[str, ...] = ("test_prefix_cache_hit", "test_prefix_cache_integrity")
+
+
 def guards_production(check_id: str) -> bool:
-    """Checks a production profile may not declare not applicable: the server log and GPU health are
-    what show a bad node that still answers HTTP."""
-    return check_id.startswith("test_log[") or check_id == "test_gpu_health"
+    """A check a production profile never declares not applicable (any but the prefix-cache checks)."""
+    return template(check_id) not in PREFIX_CACHE_CHECKS

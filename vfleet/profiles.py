@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from vfleet import pins, settings
 from vfleet.errors import ProfileError, VfleetError
 from vfleet.paths import serve_configs_dir, versions
+from vfleet.profile_floors import enforce_floors
 from vfleet.profile_schema import (
     DetectSpec,
     Family,
@@ -285,7 +286,7 @@ class Catalog:
             lambda key: next(str(p.relative_to(self.root)) for p, layer in reversed(layers) if key in layer.verify),
         )
         try:
-            return Profile.model_validate(
+            profile = Profile.model_validate(
                 {
                     "name": name,
                     "model": model,
@@ -301,6 +302,8 @@ class Catalog:
             )
         except ValidationError as exc:
             raise ProfileError(_format_validation(Path(f"{name} (merged from {', '.join(sources)})"), exc)) from None
+        enforce_floors(profile)  # what a production profile cannot declare away, for every command that loads it
+        return profile
 
     def stray_layers(self) -> list[str]:
         """Layer files that no profile reads: a name that is not a family, an arch or a platform of the model."""

@@ -2,45 +2,21 @@
 
 Each rule carries the reason it exists and where that reason comes from. A profile may waive a rule
 only with an explicit ``waivers:`` entry that gives its own reason; the waiver is printed by render.
+The production floors (vfleet.profile_floors, at the end of RULES) are rules no waiver lifts; loading a
+profile already enforces them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from vfleet.errors import ProfileError
+from vfleet.profile_floors import FLOORS, Finding, Rule, Violation
 from vfleet.profile_verify import cudagraph_mode, is_true
 from vfleet.profiles import Profile
 
-
-@dataclass(frozen=True)
-class Finding:
-    key: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class Rule:
-    id: str
-    reason: str
-    source: str
-    fix: str
-    check: Callable[[Profile], Iterator[Finding]]
-
-
-@dataclass(frozen=True)
-class Violation:
-    profile: str
-    rule: Rule
-    finding: Finding
-
-    def __str__(self) -> str:
-        r = self.rule
-        return (
-            f"{self.profile}: rule {r.id}: {self.finding.key}: {self.finding.detail}. "
-            f"Why: {r.reason} (source: {r.source}). Fix: {r.fix}"
-        )
+__all__ = ["RULES", "RULES_BY_ID", "CheckResult", "Finding", "Rule", "Violation", "enforce", "evaluate"]
 
 
 GLM = "glm-5.3-flash"
@@ -205,6 +181,7 @@ RULES: list[Rule] = [
         fix="write the key with dashes (enable-prefix-caching: false renders --no-enable-prefix-caching)",
         check=_no_underscore_false,
     ),
+    *FLOORS,
 ]
 
 RULES_BY_ID = {r.id: r for r in RULES}
@@ -224,6 +201,11 @@ def evaluate(profile: Profile) -> CheckResult:
         if w.rule not in RULES_BY_ID:
             raise ProfileError(
                 f"{profile.name}: waivers: unknown rule {w.rule!r}; known rules: {', '.join(RULES_BY_ID)}"
+            )
+        if not RULES_BY_ID[w.rule].waivable:
+            raise ProfileError(
+                f"{profile.name}: waivers: rule {w.rule!r} is a production floor: no waiver lifts it; remove the "
+                f"waiver and fix the profile: {RULES_BY_ID[w.rule].fix}"
             )
         waived_ids[w.rule] = w
     violations: list[Violation] = []

@@ -39,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     if args.rules:
         for r in RULES:
             print(f"{r.id}\n  why:    {r.reason}\n  source: {r.source}\n  fix:    {r.fix}")
+            if not r.waivable:
+                print("  waiver: none lifts it (a production floor, checked whenever the profile loads)")
         return 0
     catalog = Catalog()
     bases = [Catalog(base=args.base).base] if args.base else catalog.bases()
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 profile = Catalog(base=base).load(name)
             except ProfileError as exc:
-                per_base[base] = [str(exc)]
+                per_base[base] = str(exc).splitlines()
                 continue
             result = evaluate(profile)
             # Histogram edges a profile moves (--custom-histogram-buckets) must keep the latency alerts'

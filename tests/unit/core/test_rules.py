@@ -26,7 +26,7 @@ def test_every_shipped_profile_passes_every_rule() -> None:
 def test_cli_check_passes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check"]) == 0
     out = capsys.readouterr().out
-    assert "9 of 9 profiles pass 8 rules" in out
+    assert f"9 of 9 profiles pass {len(RULES)} rules" in out
     assert "ok   tiny/cpu [waived: no-enforce-eager]" in out
 
 
@@ -35,7 +35,9 @@ DROP = object()  # remove the key from this layer, so the one below shows throug
 
 def _set(section: str, key: str, value: Any) -> Any:
     def fn(d: dict[str, Any]) -> None:
-        if value is DROP:
+        if section == "waivers":  # a list: key is the waived rule, value the entry's other fields
+            d.setdefault(section, []).append({"rule": key, **value})
+        elif value is DROP:
             d.setdefault(section, {}).pop(key)
         else:
             d.setdefault(section, {})[key] = value
@@ -170,6 +172,88 @@ CASES = [
         "kimi-k3/b200: rule no-underscore-false: vllm.enable_chunked_prefill: is an underscore key set to false, "
         "which vLLM silently drops. Why: vLLM's --config loader turns `a_b: false` into nothing",
     ),
+    # The production floors (vfleet.profile_floors): refused when the profile loads. Every bound of each:
+    # tests/unit/core/test_production_floors.py.
+    (
+        "production-checks-run",
+        "models/glm-5.3-flash/model.yaml",
+        "verify",
+        "not_applicable",
+        {"test_log[faults]": "we would rather not look at it"},
+        "glm-5.3-flash/b200",
+        "glm-5.3-flash/b200: rule production-checks-run: verify.not_applicable.test_log[faults]: declares not "
+        "applicable a check production runs. Why: a check declared not applicable is one nobody ran",
+    ),
+    (
+        "production-report-max-age",
+        "models/glm-5.3-flash/cuda.yaml",
+        "verify",
+        "report_max_age_days",
+        36500,
+        "glm-5.3-flash/h200",
+        "glm-5.3-flash/h200: rule production-report-max-age: verify.report_max_age_days: is 36500 days, production "
+        "maximum 30. Why: a stale pass says nothing",
+    ),
+    (
+        "production-load-floor",
+        "models/kimi-k3/model.yaml",
+        "verify",
+        "load",
+        {"min_output_tok_per_s": {1: 0.001, 32: 160.0}},
+        "kimi-k3/mi355x",
+        "kimi-k3/mi355x: rule production-load-floor: verify.load.min_output_tok_per_s.1: is 0.001 output tok/s at "
+        "C1, production minimum 5 (5 per stream x 1).",
+    ),
+    (
+        "production-kv-floor",
+        "models/kimi-k3/model.yaml",
+        "verify",
+        "min_kv_tokens",
+        1024,
+        "kimi-k3/gb300",
+        "kimi-k3/gb300: rule production-kv-floor: verify.min_kv_tokens: is 1024, production minimum "
+        "verify.max_model_len 16384.",
+    ),
+    (
+        "production-integrity-bounds",
+        "models/glm-5.3-flash/rocm.yaml",
+        "verify",
+        "integrity",
+        {"logprob_tolerance": 1000.0},
+        "glm-5.3-flash/mi350x",
+        "glm-5.3-flash/mi350x: rule production-integrity-bounds: verify.integrity.logprob_tolerance: is 1000, "
+        "production maximum 0.015625 (one bf16 step of a logit",
+    ),
+    (
+        "production-new-warnings-fail",
+        "models/glm-5.3-flash/model.yaml",
+        "verify",
+        "warnings",
+        {"new_fails": False},
+        "glm-5.3-flash/gb300",
+        "glm-5.3-flash/gb300: rule production-new-warnings-fail: verify.warnings.new_fails: is false, so a new "
+        "warning template would not fail promotion.",
+    ),
+    (
+        "production-ab-gate",
+        "models/kimi-k3/model.yaml",
+        "verify",
+        "ab_not_worse",
+        False,
+        "kimi-k3/b200",
+        "kimi-k3/b200: rule production-ab-gate: verify.ab_not_worse: is not true, so a promotion needs no A/B "
+        "against the promoted image.",
+    ),
+    (
+        "production-waiver-source",
+        "models/glm-5.3-flash/model.yaml",
+        "waivers",
+        "no-enforce-eager",
+        {"reason": "trust me, it is fine"},
+        "glm-5.3-flash/mi355x",
+        "glm-5.3-flash/mi355x: rule production-waiver-source: waivers[0] (no-enforce-eager).source: is not set. "
+        "Why: a waiver lifts a rule that has a source",
+    ),
 ]
 
 
@@ -217,13 +301,17 @@ def test_waiver_lifts_a_rule_and_is_shown_by_render(
 def test_stale_or_unknown_waiver_is_an_error(config_tree: ConfigTree) -> None:
     config_tree.edit(
         "models/glm-5.3-flash/model.yaml",
-        lambda d: d.__setitem__("waivers", [{"rule": "glm-hopper-bf16-kv", "reason": "testing a stale one"}]),
+        lambda d: d.__setitem__(
+            "waivers", [{"rule": "glm-hopper-bf16-kv", "reason": "testing a stale one", "source": "docs/upstream.md"}]
+        ),
     )
     with pytest.raises(ProfileError, match="rule 'glm-hopper-bf16-kv' is waived but not broken"):
         evaluate(Catalog().load("glm-5.3-flash/h200"))
     config_tree.edit(
         "models/glm-5.3-flash/model.yaml",
-        lambda d: d.__setitem__("waivers", [{"rule": "no-such-rule", "reason": "a typo in a rule id"}]),
+        lambda d: d.__setitem__(
+            "waivers", [{"rule": "no-such-rule", "reason": "a typo in a rule id", "source": "docs/upstream.md"}]
+        ),
     )
     with pytest.raises(ProfileError, match="waivers: unknown rule 'no-such-rule'; known rules: no-enforce-eager"):
         evaluate(Catalog().load("glm-5.3-flash/h200"))
