@@ -10,8 +10,12 @@ container (`vfleet verify --container`); a non-production one may use a digest f
 Nothing a report says about itself is taken as given (a report.json is a file anyone can edit): `passed`
 is recomputed from its checks under the profile's not-applicable declarations, and the summary beside
 it must be signed by a trusted key, name this digest, this profile and this checkout's serve-profiles
-digest, carry report.json's sha256, and be younger than the profile's verify.report_max_age_days. The
-registry is no proof either: `promote --check` runs the same gate again on the report a line names.
+digest, carry report.json's sha256, and be younger than the profile's verify.report_max_age_days.
+Against the image promoted before it for the profile (the baseline, vfleet.baseline), its new warning
+templates are judged and, where the profile sets verify.ab_not_worse, a signed promotion A/B must show
+it not worse (vfleet.ab.gate). `judge` is that judgement, the one code path of both entry points. The
+registry is no proof either: `promote --check` runs `judge` again on the report a line names, against
+the baseline worked out from the lines above it, with the A/B report the line names.
 
 It weighs both boot-verify (vfleet.verify) and the A/B (vfleet.ab), so it sits above both, at the top of the
 judge floor (docs/architecture.md).
@@ -23,22 +27,21 @@ import datetime as dt
 import getpass
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from vfleet import baseline as baseline_mod
 from vfleet import settings
-from vfleet.ab import attest as ab_attest
 from vfleet.ab import gate as ab_gate
+from vfleet.baseline import load_report as load_report
 from vfleet.errors import VfleetError
 from vfleet.paths import profiles_digest, reports_dir
 from vfleet.profiles import Catalog, Profile
+from vfleet.supply.statements import VERIFY, Keyring
 from vfleet.verify import attestation, logtemplates, releases
 from vfleet.verify.image import SOURCE_CONTAINER, registry_digest
-from vfleet.verify.model import SCHEMA, Report, verdict_problems
-
-if TYPE_CHECKING:
-    from securesystemslib.signer import Key  # type: ignore[attr-defined]
+from vfleet.verify.model import Report, verdict_problems
 
 
 def default_registry() -> Path:
@@ -59,16 +62,6 @@ def _load(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def load_report(path: Path) -> Report:
-    """The boot-verify report at ``path``; VfleetError when it is not one this code can vouch for: of an
-    older schema (said first: it needs a new run, not a fix), unreadable, or with a key that is unknown,
-    missing or of the wrong type (named, with its value)."""
-    data = _load(path)
-    if data is not None and isinstance(data.get("schema"), int) and data["schema"] < SCHEMA:
-        raise VfleetError(f"report schema {data['schema']} predates fail-closed gating; run vfleet verify again")
-    return Report.load(path)
-
-
 @dataclass(frozen=True)
 class Gate:
     """What a report must show to promote ``digest`` for ``profile``, and to keep it promoted: the
@@ -79,16 +72,16 @@ class Gate:
     profile: str
     production: bool
     not_applicable: dict[str, str]
-    keys: list[Key]
+    keys: Keyring
     profiles_digest: str
     max_age: dt.timedelta
     now: dt.datetime
 
 
-def gate(digest: str, profile: str, keys: list[Key], now: dt.datetime | None = None) -> Gate:
+def gate(digest: str, profile: str, keys: Keyring, now: dt.datetime | None = None) -> Gate:
     """The gate for ``digest`` on ``profile`` (loaded from this checkout). No trusted key is a VfleetError
     naming how to give one: nothing could be checked, so nothing is promoted."""
-    if not keys:
+    if not keys.of(VERIFY):
         raise VfleetError(f"no trusted key, so no boot-verify result can be checked: {attestation.NO_TRUSTED_KEY}")
     prof = Catalog().load(profile)
     return Gate(
@@ -182,141 +175,16 @@ def find_report(g: Gate, report_dir: Path | None) -> tuple[Path, Report]:
 
 
 AB_REPORT = "ab.json"
+#: What an A/B report must show, recomputed (vfleet.ab.gate), by the name the A/B tests use.
+ab_problems = ab_gate.promotion_problems
 
 
-def last_promoted(profile: str, registry: Path, other_than: str) -> dict[str, Any] | None:
-    """The newest registry entry for ``profile`` whose digest is not ``other_than`` (the baseline an
-    A/B gate compares against), or None for the profile's first image."""
-    found = [e for e in _entries(registry) if e.get("profile") == profile and e.get("digest") != other_than]
-    return found[-1] if found else None
-
-
-#: A baseline's signed summary is checked for who signed it and what it covers, not for its age: the
-#: templates of an image promoted long ago are still what that image printed.
-BASELINE_MAX_AGE = dt.timedelta(days=36500)
-
-
-def warning_baseline(
-    profile: str, registry: Path, digest: str | None, keys: list[Key] | None
-) -> logtemplates.Baseline | None:
-    """The warning templates of the report the image promoted last for ``profile`` (other than ``digest``)
-    was promoted on; None when there is no such image, or its report predates warning templates. With
-    ``keys`` (the promotion gate) that report's signed summary must check (VfleetError naming why not);
-    without (`vfleet verify`'s listing) it is read as it is, and the name says so."""
-    entry = last_promoted(profile, registry, other_than=digest or "")
-    if entry is None or not isinstance(entry.get("report"), str):
-        return None
-    path = Path(entry["report"])
-    if keys is not None:
-        why = attestation.check(
-            path, keys, str(entry.get("digest")), profile, str(entry.get("profiles_digest") or profiles_digest()),
-            BASELINE_MAX_AGE,
-        )  # fmt: skip
-        if why:
-            raise VfleetError(
-                f"the report of the image promoted last for {profile} ({path}), the baseline of the new-warning "
-                f"check, cannot be checked: {'; '.join(why)}"
-            )
-    try:
-        rep = load_report(path)
-    except VfleetError:
-        if keys is not None:
-            raise
-        return None  # the listing goes without; the gate (with keys) raised above
-    if rep.figures.log_warnings is None:
-        return None
-    name = str(path) if keys is not None else f"{path} (signature not checked here; the promotion gate checks it)"
-    return logtemplates.Baseline(name, [t.template for t in rep.figures.log_warnings])
-
-
-def warning_problems(prof: Profile, rep: Report, registry: Path, digest: str, keys: list[Key]) -> tuple[list[str], str]:
-    """Why the new warnings of ``rep`` stop its promotion (empty: they do not), and the note for the
-    registry entry. The baseline is the signed report of the image promoted last for the profile."""
-    spec = prof.verify.warnings
-    if rep.figures.log_warnings is None:
-        if logtemplates.fails(spec, prof.production):
-            return [
-                "the report holds no warning templates (no server log was read, or it was made before they were "
-                "recorded); verify again with --container NAME"
-            ], ""
-        return [], "no warning templates in the report"
-    cmp = logtemplates.judge(
-        [t.template for t in rep.figures.log_warnings],
-        warning_baseline(prof.name, registry, digest, keys),
-        spec,
-    )
-    if cmp.new and logtemplates.fails(spec, prof.production):
-        more = f" (+{len(cmp.new) - 10} more)" if len(cmp.new) > 10 else ""
-        listed = "; ".join(repr(t) for t in cmp.new[:10]) + more
-        return [
-            f"{cmp.note}: {listed}. Find the cause in the server log (the report lists each template's first "
-            "line), or, if it is harmless, excuse it in the profile's verify.warnings.allow with a template "
-            'pattern, the reason and its source (docs/boot-verify.md, "New warnings")'
-        ], cmp.note
-    return [], cmp.note
-
-
-def _entries(registry: Path) -> list[dict[str, Any]]:
-    """The registry's entries, oldest first (unreadable lines skipped); [] when there is no file."""
-    if not registry.is_file():
-        return []
-    out = []
-    for line in registry.read_text().splitlines():
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(e, dict):
-            out.append(e)
-    return out
-
-
-def ab_problems(rep: dict[str, Any], baseline: str, digest: str, profile: str) -> list[str]:
-    """Why an A/B report (vfleet.ab.report) cannot show that ``digest`` is not worse than ``baseline``.
-
-    Non-inferiority, recomputed (vfleet.ab.gate): a promotion run (`vfleet ab --promotion`) of this
-    profile, complete, at or above the floors, whose arms are two different servers running two different
-    images read from their containers, A the baseline and B ``digest``, and every metric at every one of
-    the profile's levels shown not worse within the margin from the per-round figures. An inconclusive
-    comparison is a refusal; the report's own verdicts are not read."""
-    if rep.get("kind") != "vfleet-ab":
-        return ["not an A/B report"]
-    arms = rep.get("arms") or {}
-    a_img, b_img = ((arms.get(n) or {}).get("image") or {} for n in ("A", "B"))
-    why: list[str] = []
-    if a_img.get("digest") != baseline:
-        why.append(f"arm A runs {a_img.get('digest')}, not the promoted {baseline}")
-    if b_img.get("digest") != digest:
-        why.append(f"arm B runs {b_img.get('digest')}, not {digest}")
-    if rep.get("profile") != profile:
-        why.append(f"profile {rep.get('profile')}")
-    if rep.get("mode") != "A/B":
-        why.append(f"mode {rep.get('mode')}")
-    if rep.get("promotion") is not True:
-        why.append("not a promotion run (vfleet ab --promotion)")
-    if rep.get("status") != "complete" or rep.get("broken") or not rep.get("comparisons"):
-        why.append(f"the run did not complete ({rep.get('broken') or rep.get('status')})")
-        return why
-    if why:
-        return why
-    levels = list(Catalog().load(profile).verify.load.levels)
-    why += ab_gate.arms_problems(arms)
-    why += ab_gate.settings_problems(rep.get("settings") or {}, levels)
-    if not why:  # the bootstrap only for a report that could pass otherwise
-        why += ab_gate.comparisons_problems(rep, levels)
-    return why
-
-
-def find_ab_report(baseline: str, digest: str, profile: str, ab_report: Path | None, keys: list[Key]) -> Path:
+def find_ab_report(baseline: str, digest: str, profile: str, ab_report: Path | None, keys: Keyring) -> Path:
     """The newest promotion A/B report of ``digest`` (arm B) against ``baseline`` (arm A) on ``profile``
-    that shows every metric not worse (ab_problems) and whose signed summary a key of ``keys`` made
-    (vfleet.ab.attest); VfleetError naming what is wrong otherwise."""
+    that passes ab_report_problems; VfleetError naming what is wrong otherwise."""
 
     def check(path: Path) -> list[str]:
-        rep = _load(path)
-        if rep is None:
-            return ["not a readable A/B report"]
-        return ab_problems(rep, baseline, digest, profile) + ab_attest.check(path, keys, baseline, digest, profile)
+        return ab_gate.report_problems(path, baseline, digest, profile, keys)
 
     path, seen, where = _newest(ab_report, AB_REPORT, check, "; ")
     if path is not None:
@@ -330,6 +198,46 @@ def find_ab_report(baseline: str, digest: str, profile: str, ab_report: Path | N
     )
 
 
+@dataclass(frozen=True)
+class Judgement:
+    """What the promotion gate found for one boot-verify report: why it cannot promote (empty: it can),
+    the baseline it was judged against, the new-warning note and the A/B report that showed it not worse
+    (None: the profile asks for none, or there is no baseline)."""
+
+    problems: list[str]
+    report: Report | None
+    baseline: baseline_mod.Baseline | None
+    warnings_note: str
+    ab_report: Path | None
+
+
+#: Gives the A/B report that shows the image not worse than a baseline digest; VfleetError when none does.
+AbSource = Callable[[str], Path]
+
+
+def judge(g: Gate, prof: Profile, report: Path, base: baseline_mod.Baseline | None, ab: AbSource) -> Judgement:
+    """Every judgement of a promotion, the one code path of `vfleet promote` and `promote --check`: the
+    report and its signed summary (check_report), its new warnings against ``base`` (the baseline's signed
+    report), and, where the profile sets verify.ab_not_worse and there is a baseline, the signed A/B that
+    ``ab`` gives (a search for `vfleet promote`, the line's report for the check). The A/B is looked for
+    only once the rest passes, so a refusal names the boot-verify's problems first."""
+    rep, why = check_report(report, g)
+    note = ""
+    if rep is not None:
+        try:
+            warned, note = baseline_mod.warning_problems(prof, rep, base)
+        except VfleetError as exc:
+            warned = [f"the baseline's report {base.report if base else ''}: {exc}"]
+        why += warned
+    ab_path: Path | None = None
+    if not why and prof.verify.ab_not_worse and base is not None:
+        try:
+            ab_path = ab(base.digest)
+        except VfleetError as exc:
+            why.append(str(exc))
+    return Judgement(why, rep, base, note, ab_path)
+
+
 def promote(
     image: str,
     profile: str,
@@ -337,78 +245,144 @@ def promote(
     registry: Path | None = None,
     ab_report: Path | None = None,
     *,
-    keys: list[Key],
+    keys: Keyring,
 ) -> dict[str, Any]:
     """Promote ``image`` for ``profile`` on the newest report that passes the gate (its summary signed by
-    one of ``keys``); VfleetError naming every report looked at and why otherwise. Appends the entry."""
+    one of ``keys``) and the judgement against the image promoted last for the profile (judge);
+    VfleetError naming every report looked at and why otherwise. Appends the entry, which records the
+    baseline it was judged against (None and NO_BASELINE: the profile's first promotion)."""
     registry = registry or default_registry()
     prof = Catalog().load(profile)
     digest = resolve_digest(image)
-    path, rep = find_report(gate(digest, profile, keys), report_dir)
-    why, warnings_note = warning_problems(prof, rep, registry, digest, keys)
-    if why:
-        raise VfleetError(f"{image} ({digest}) is not promoted for {profile}: {'; '.join(why)}")
-    ab_path: Path | None = None
-    baseline: str | None = None
-    if prof.verify.ab_not_worse:
-        previous = last_promoted(profile, registry, other_than=digest)
-        if previous is not None:
-            baseline = str(previous["digest"])
-            ab_path = find_ab_report(baseline, digest, profile, ab_report, keys)
-    img = rep.image
-    entry = {
-        "promoted_at": dt.datetime.now(dt.UTC).isoformat(),
-        "image": image,
-        "digest": digest,
-        "image_id": img.id,
-        "digest_source": img.source,
-        "profile": profile,
-        "report": str(path.resolve()),
-        "attestation": str(path.resolve().parent / attestation.ATTESTATION),
-        "vllm_version": rep.vllm_version,
-        "by": getpass.getuser(),
-    }
-    if prof.verify.ab_not_worse:
-        entry["ab_report"] = str(ab_path.resolve()) if ab_path else None
-        entry["ab_baseline"] = baseline  # None: the profile's first image, nothing to compare against
-    # The release data this image was promoted under, for a rollback to it later (vfleet.verify.releases).
-    entry["new_warnings"] = warnings_note
+    g = gate(digest, profile, keys)
+    path, _ = find_report(g, report_dir)
+    lines = baseline_mod.entries(registry)
+    base = baseline_mod.resolve(lines, len(lines), profile, digest, path, keys)
+    j = judge(g, prof, path, base, lambda b: find_ab_report(b, digest, profile, ab_report, keys))
+    if j.problems or j.report is None:
+        raise VfleetError(f"{image} ({digest}) is not promoted for {profile}: {'; '.join(j.problems)}")
+    entry = _entry(image, g, path, j, prof.verify.ab_not_worse)
     entry["release"] = str(releases.save(registry, digest))
-    entry["profiles_digest"] = profiles_digest()
     registry.parent.mkdir(parents=True, exist_ok=True)
     with registry.open("a") as f:
         f.write(json.dumps(entry, sort_keys=True) + "\n")
     return entry
 
 
-def promoted_entry(
-    image: str, profile: str, registry: Path | None = None, *, keys: list[Key], now: dt.datetime | None = None
-) -> dict[str, Any]:
-    """The newest registry entry for ``image`` on ``profile`` whose report passes the gate again, now
-    (`vfleet promote --check`, the rollout's preflight). A line of the registry proves nothing alone: the
-    report it names is loaded, recomputed and its signed summary checked, so a hand-written line, a
-    report removed or edited since, another checkout's profiles or a pass grown stale are refused.
-    VfleetError naming each entry looked at and why otherwise."""
+def _entry(image: str, g: Gate, path: Path, j: Judgement, ab_required: bool) -> dict[str, Any]:
+    """The registry line of a promotion judged ``j`` (its release snapshot is added by the caller)."""
+    assert j.report is not None
+    img = j.report.image
+    entry: dict[str, Any] = {
+        "promoted_at": dt.datetime.now(dt.UTC).isoformat(),
+        "image": image,
+        "digest": g.digest,
+        "image_id": img.id,
+        "digest_source": img.source,
+        "profile": g.profile,
+        "report": str(path.resolve()),
+        "attestation": str(path.resolve().parent / attestation.ATTESTATION),
+        "vllm_version": j.report.vllm_version,
+        "by": getpass.getuser(),
+        # What it was judged against; `promote --check` refuses a line whose baseline is not the image
+        # promoted before it (vfleet.baseline).
+        "baseline": j.baseline.record() if j.baseline else None,
+        "baseline_note": baseline_mod.note(j.baseline),
+        "new_warnings": j.warnings_note,
+        "profiles_digest": g.profiles_digest,
+    }
+    if ab_required:
+        entry["ab_report"] = str(j.ab_report.resolve()) if j.ab_report else None
+        entry["ab_baseline"] = j.baseline.digest if j.baseline else None  # None: the first image, no A/B
+    return entry
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A registry line that passed `promote --check`, and the baseline note of its judgement."""
+
+    entry: dict[str, Any]
+    note: str
+
+
+def check_line(lines: list[dict[str, Any]], at: int, g: Gate, prof: Profile) -> Judgement:
+    """The judgement of registry line ``lines[at]`` now; its problems: it names no report, its baseline
+    does not check or is not the one it records (vfleet.baseline.resolve), or the judgement of `vfleet
+    promote` (judge) refuses its report, against that baseline, with the A/B report the line names."""
+    entry = lines[at]
+    named = entry.get("report")
+    if not isinstance(named, str) or not named:
+        return Judgement(["names no report"], None, None, "", None)
+    try:
+        base = baseline_mod.resolve(lines, at, g.profile, g.digest, Path(named), g.keys)
+    except VfleetError as exc:
+        return Judgement([str(exc)], None, None, "", None)
+    j = judge(g, prof, Path(named), base, lambda b: _named_ab(entry, b, g))
+    return replace(j, problems=baseline_mod.recorded_problems(entry, base) + j.problems)
+
+
+def _named_ab(entry: dict[str, Any], baseline: str, g: Gate) -> Path:
+    """The A/B report a registry line names, if it shows the line's image not worse than ``baseline``."""
+    named = entry.get("ab_report")
+    if not isinstance(named, str) or not named:
+        raise VfleetError(
+            f"profile {g.profile} sets verify.ab_not_worse and {baseline} was promoted before this image, but the "
+            "line names no A/B report against it"
+        )
+    why = ab_gate.report_problems(Path(named), baseline, g.digest, g.profile, g.keys)
+    if why:
+        raise VfleetError(f"its A/B report {named}: {'; '.join(why)}")
+    return Path(named)
+
+
+def checked_entry(
+    image: str, profile: str, registry: Path | None = None, *, keys: Keyring, now: dt.datetime | None = None
+) -> Checked:
+    """The newest registry line for ``image`` on ``profile`` that holds now (check_line): `vfleet promote
+    --check`, the rollout's preflight. A line of the registry proves nothing alone: its report is judged
+    again as `vfleet promote` judges it (report, signed summary, new warnings, A/B), against the image
+    promoted before it, so a hand-written or edited line, a report removed or edited since, another
+    checkout's profiles or a pass grown stale are refused. VfleetError naming each line looked at and why."""
     registry = registry or default_registry()
     digest = resolve_digest(image)
     g = gate(digest, profile, keys, now)
-    entries: list[dict[str, Any]] = [
-        e for e in _entries(registry) if e.get("digest") == digest and e.get("profile") == profile
-    ]
-    if not entries:
+    prof = Catalog().load(profile)
+    lines = baseline_mod.entries(registry)
+    mine = [i for i, e in enumerate(lines) if e.get("digest") == digest and e.get("profile") == profile]
+    if not mine:
         raise VfleetError(f"{image} ({digest}) was never promoted for {profile} (registry {registry})")
     seen: list[str] = []
-    for entry in entries[::-1]:
-        named = entry.get("report")
-        if not isinstance(named, str) or not named:
-            seen.append(f"entry of {entry.get('promoted_at')}: names no report")
-            continue
-        _, why = check_report(Path(named), g)
-        if not why:
-            return entry
-        seen.append(f"{named}: " + ", ".join(why))
+    for at in mine[::-1]:
+        j = check_line(lines, at, g, prof)
+        if not j.problems:
+            return Checked(lines[at], baseline_mod.note(j.baseline))
+        seen.append(f"{_label(lines[at])}: " + ", ".join(j.problems))
     raise VfleetError(
-        f"{image} ({digest}) is in {registry} for {profile}, but no entry's report passes the gate now: "
+        f"{image} ({digest}) is in {registry} for {profile}, but no entry passes the gate now: "
         + "; ".join(seen[:5])
         + f"; boot-verify it again with the signing key and `vfleet promote {image} --profile {profile}`"
     )
+
+
+def _label(entry: dict[str, Any]) -> str:
+    named = entry.get("report")
+    return named if isinstance(named, str) and named else f"entry of {entry.get('promoted_at')}"
+
+
+def warning_baseline(
+    profile: str, registry: Path, digest: str | None, keys: Keyring | None
+) -> logtemplates.Baseline | None:
+    """The warning templates of the baseline a promotion of ``digest`` would be judged against now. With
+    ``keys`` (the gate) it is the checked baseline (VfleetError naming why it does not check); without
+    (`vfleet verify`'s listing) it is read as it is, and its name says so."""
+    if keys is None:
+        return baseline_mod.listing(profile, registry, digest)
+    lines = baseline_mod.entries(registry)
+    return baseline_mod.templates(baseline_mod.before(lines, len(lines), profile, digest or "", keys))
+
+
+def promoted_entry(
+    image: str, profile: str, registry: Path | None = None, *, keys: Keyring, now: dt.datetime | None = None
+) -> dict[str, Any]:
+    """The registry line checked_entry finds."""
+    return checked_entry(image, profile, registry, keys=keys, now=now).entry

@@ -27,6 +27,7 @@ from vfleet.errors import VfleetError
 from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
 from vfleet.server import ContainerServer
+from vfleet.supply import statements
 from vfleet.verify import attestation, runner
 from vfleet.verify.model import Report
 
@@ -79,7 +80,9 @@ def stage(
             f"staging promotes only a signed boot-verify result: {attestation.NO_SIGN_KEY}, or verify only "
             "(--no-promote)"
         )
-    trusted = [attestation.public_key_of(attestation.load_signer(sign_key))] if sign_key is not None else []
+    # The key that signs this run's summaries is the one its promotions trust, for those roles only.
+    own = [attestation.public_key_of(attestation.load_signer(sign_key))] if sign_key is not None else []
+    trusted = statements.trusting(statements.VERIFY, own).plus(statements.AB, own)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     root = (out_root or reports_dir() / f"stage-{stamp}").resolve()
     servers: list[ContainerServer] = []
@@ -123,7 +126,8 @@ def stage(
                 entry = promotion.promote(c.promote_as or c.image, profile, res.out, registry, keys=trusted)
             results.append(Staged(c, res.out, res.report, srv.boot_s, entry))
             verdict = "PASS" if res.report.passed else "FAIL"
-            what = f"; promoted {entry['digest']}" if entry else ("; not promoted" if promote else "")
+            what = f"; promoted {entry['digest']}, {entry['baseline_note']}" if entry else ""
+            what = what or ("; not promoted" if promote else "")
             echo(f"stage: {c.image}: boot-verify {verdict} (report {res.out / 'report.md'}){what}")
     finally:
         for srv in servers:

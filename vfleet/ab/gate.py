@@ -2,18 +2,24 @@
 serving containers, and every comparison shown not worse (non-inferiority, vfleet.ab.stats.non_inferior).
 
 The same checks run twice: `vfleet ab --promotion` refuses a run that could not meet them before
-anything is measured, and `vfleet promote` runs them again on the report it is given (an ab.json is a
-file; nothing it says about its own verdict is taken as given: non-inferiority is recomputed from each
-comparison's interval, direction and the run's margin).
+anything is measured, and the promotion gate (vfleet.promotion.judge: `vfleet promote` and the rollout's
+`promote --check`) runs them again on the report it is given, with its signed summary (report_problems;
+an ab.json is a file: nothing it says about its own verdict is taken as given, non-inferiority is
+recomputed from each comparison's per-round figures, direction and the run's margin).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from vfleet.ab import attest
 from vfleet.ab.stats import METRICS, compare
 from vfleet.errors import VfleetError
+from vfleet.profiles import Catalog
+from vfleet.supply.statements import Keyring
 
 #: Fewer rounds than this are refused for a promotion A/B. At 10 rounds and 2% per-measurement noise a
 #: clean build passes the 5% margin in nearly every run, at 3% noise it needs about 20 (synthetic,
@@ -126,3 +132,51 @@ def comparisons_problems(report: dict[str, Any], profile_levels: Sequence[int] |
             if not again.not_worse:
                 why.append(f"{key}: {again.not_worse_reason}")
     return why
+
+
+def promotion_problems(rep: dict[str, Any], baseline: str, digest: str, profile: str) -> list[str]:
+    """Why an A/B report (vfleet.ab.report) cannot show that ``digest`` is not worse than ``baseline``.
+
+    Non-inferiority, recomputed (comparisons_problems): a promotion run (`vfleet ab --promotion`) of this
+    profile, complete, at or above the floors, whose arms are two different servers running two different
+    images read from their containers, A the baseline and B ``digest``, and every metric at every one of
+    the profile's levels shown not worse within the margin from the per-round figures. An inconclusive
+    comparison is a refusal; the report's own verdicts are not read."""
+    if rep.get("kind") != "vfleet-ab":
+        return ["not an A/B report"]
+    arms = rep.get("arms") or {}
+    a_img, b_img = ((arms.get(n) or {}).get("image") or {} for n in ("A", "B"))
+    why: list[str] = []
+    if a_img.get("digest") != baseline:
+        why.append(f"arm A runs {a_img.get('digest')}, not the promoted {baseline}")
+    if b_img.get("digest") != digest:
+        why.append(f"arm B runs {b_img.get('digest')}, not {digest}")
+    if rep.get("profile") != profile:
+        why.append(f"profile {rep.get('profile')}")
+    if rep.get("mode") != "A/B":
+        why.append(f"mode {rep.get('mode')}")
+    if rep.get("promotion") is not True:
+        why.append("not a promotion run (vfleet ab --promotion)")
+    if rep.get("status") != "complete" or rep.get("broken") or not rep.get("comparisons"):
+        why.append(f"the run did not complete ({rep.get('broken') or rep.get('status')})")
+        return why
+    if why:
+        return why
+    levels = list(Catalog().load(profile).verify.load.levels)
+    why += arms_problems(arms)
+    why += settings_problems(rep.get("settings") or {}, levels)
+    if not why:  # the bootstrap only for a report that could pass otherwise
+        why += comparisons_problems(rep, levels)
+    return why
+
+
+def report_problems(path: Path, baseline: str, digest: str, profile: str, keys: Keyring) -> list[str]:
+    """Why the A/B report at ``path`` does not show ``digest`` not worse than ``baseline`` on ``profile``
+    (promotion_problems), or its signed summary is not one a key of ``keys`` made for them (vfleet.ab.attest)."""
+    try:
+        rep = json.loads(path.read_text())
+    except (OSError, ValueError):
+        rep = None
+    if not isinstance(rep, dict):
+        return ["not a readable A/B report"]
+    return promotion_problems(rep, baseline, digest, profile) + attest.check(path, keys, baseline, digest, profile)

@@ -1,15 +1,19 @@
 """`vfleet promote REF --profile P`: record that an image's registry digest may serve a profile.
 Refuses unless a passing, complete boot-verify report exists for that digest and profile (for a
 production profile: with the digest read from the verified container), with its verification summary
-signed by a trusted key (--trusted-key PUB, or VFLEET_TRUSTED_KEYS): `passed` is recomputed from the
+signed by a key of the verify role (--trusted-key verify=PUB, or VFLEET_TRUSTED_KEYS_VERIFY; the A/B summary:
+a key of the ab role): `passed` is recomputed from the
 checks, and the summary must name the digest, the profile and this checkout's serve-profiles digest,
 carry report.json's sha256 and be younger than the profile's verify.report_max_age_days (default 30).
-With --check, exit 0 only if the image is promoted for the profile and the report its registry entry
-names still passes all of that (the Ansible preflight uses this). A profile that sets
-verify.ab_not_worse also needs a promotion A/B report (`vfleet ab --promotion --container-a
---container-b`, digests read from the serving containers) of the image against the one promoted last
-for the profile, complete and showing every metric not worse within the margin (non-inferiority,
-recomputed from its rounds; inconclusive is refused); the entry names it.
+Against the image promoted last for the profile (the baseline; none: "no baseline: first promotion",
+printed and recorded), a new warning template fails a production profile, and a profile that sets
+verify.ab_not_worse (every production profile) needs a signed promotion A/B report (`vfleet ab
+--promotion --container-a --container-b`, digests read from the serving containers) of the image
+against the baseline, complete and showing every metric not worse within the margin (non-inferiority,
+recomputed from its rounds; inconclusive is refused); the entry names the baseline and the A/B report.
+With --check (the Ansible preflight), exit 0 only if a registry entry of the image for the profile
+passes all of that again now: its report, signed summary, new warnings against the image promoted
+before it in the registry, and the A/B report it names. An edited or hand-written entry changes nothing.
 
 REF is REGISTRY/REPO@sha256:DIGEST (the digest is taken from it) or REGISTRY/REPO:TAG (the digest the
 registry serves for the tag now, asked with docker's login for it, as the supply-chain gate asks); a
@@ -60,17 +64,16 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--trusted-key",
-        type=Path,
         action="append",
         default=[],
-        metavar="PUB",
-        help="public key (PEM) whose signature on a boot-verify summary is trusted (repeatable; default "
-        "VFLEET_TRUSTED_KEYS); none: nothing is promoted",
+        metavar="ROLE=PUB",
+        help="public key (PEM) trusted for ROLE (verify: boot-verify summaries, ab: A/B summaries; several: "
+        "verify,ab=PUB; repeatable; default VFLEET_TRUSTED_KEYS_VERIFY / _AB); none for verify: nothing is promoted",
     )
     p.add_argument(
         "--check",
         action="store_true",
-        help="exit 0 only if REF is promoted for the profile and the report its entry names still passes",
+        help="exit 0 only if an entry of REF for the profile passes every judgement of a promotion again now",
     )
     p.add_argument(
         "--release-of",
@@ -92,15 +95,18 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         try:
             keys = attestation.load_trusted(args.trusted_key)
-            entry = promotion.promoted_entry(args.image, args.profile, registry, keys=keys)
+            checked = promotion.checked_entry(args.image, args.profile, registry, keys=keys)
         except VfleetError as exc:
             print(f"not promoted: {exc}")
             return 1
+        entry = checked.entry
         print(f"promoted: {entry['digest']} for {args.profile} at {entry['promoted_at']} (report {entry['report']})")
+        print(f"  {checked.note}")
         return 0
     keys = attestation.load_trusted(args.trusted_key)
     entry = promotion.promote(args.image, args.profile, args.report, registry, args.ab_report, keys=keys)
     print(f"promoted {args.image} ({entry['digest']}) for {args.profile}; recorded in {registry}")
+    print(f"  {entry['baseline_note']}")
     if entry.get("ab_report"):
         print(f"  not worse than {entry['ab_baseline']}: A/B report {entry['ab_report']}")
     return 0
