@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -51,3 +52,14 @@ def build_small_image(ctx: Path, ref: str, variant: str) -> str:
     )
     dk("build", "--quiet", "--tag", ref, str(ctx))
     return ref
+
+
+def write_deploy_record(state: Path, node: str, record: dict[str, Any]) -> Path:
+    """NODE's deployed.json in STATE as the controller writes it at deploy time: the record, signed with this
+    controller's deploy-record key (vfleet.supply.deployrecord; VFLEET_DEPLOY_KEY, else REPORTS/keys)."""
+    from vfleet.supply.deployrecord import RECORD_FILE, sign
+
+    state.mkdir(parents=True, exist_ok=True)
+    path = state / RECORD_FILE
+    path.write_text(json.dumps(sign(node, record), indent=2))
+    return path

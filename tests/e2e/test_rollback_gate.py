@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 from conftest import REPO
-from fleet_helpers import local_inventory
-from supply_helpers import make_key
+from fleet_helpers import LOCK, PRODUCTION, local_inventory
+from supply_helpers import make_key, write_deploy_record
 
 from vfleet.dockerd import ensure_dockerd
 
@@ -35,11 +35,14 @@ PREVIOUS = "127.0.0.1:9/vfleet/previous@sha256:" + "cd" * 32
 NAMED = "127.0.0.1:9/vfleet/named@sha256:" + "ef" * 32
 
 
-def _node(tmp: Path, record: dict[str, Any] | None) -> Path:
-    """The one-node inventory of fleet_helpers (marked as a test fleet: tiny/cpu is not a production
-    profile) with the promotion check on; RECORD is the node's deployment record (deployed.json)."""
-    inv = local_inventory(tmp, test_fleet=True, vfleet_node_promotions_file=str(tmp / "promotions.jsonl"))
-    if record is not None:
+def _node(tmp: Path, record: dict[str, Any] | None, *, signed: bool = True) -> Path:
+    """The one-node inventory of fleet_helpers, with the promotion check on; RECORD is the node's deployment
+    record (deployed.json), as the controller signs it at deploy time (SIGNED false: a bare file, as written
+    before records were signed)."""
+    inv = local_inventory(tmp)
+    if record is not None and signed:
+        write_deploy_record(tmp / "state", "gate-node", record)
+    elif record is not None:
         (tmp / "state").mkdir(parents=True, exist_ok=True)
         (tmp / "state" / "deployed.json").write_text(json.dumps(record))
     return inv
@@ -69,16 +72,17 @@ def _rollback(tmp: Path, inv: Path, *args: str, env: dict[str, str] | None = Non
         "--inventory",
         str(inv),
         "--trusted-key",
-        str(pub),
+        f"provenance,verify,ab={pub}",
         "--supply-store",
         str(tmp / "store"),
         *args,
     ]
+    env = {**(env or os.environ), "VFLEET_PROMOTIONS": str(tmp / "promotions.jsonl")}
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False, env=env)
     out = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0, out[-3000:]
     assert "Pull and inspect the image" not in out, "a node pulled before the gates passed: " + out[-3000:]
-    assert not (tmp / "lock.json").exists(), "the failed run's fleet lock was not released"
+    assert not LOCK.exists(), "the failed run's fleet lock was not released"
     return out
 
 
@@ -109,6 +113,25 @@ def test_an_emergency_rollback_skips_only_the_promotion_lookup_and_says_so(tmp_p
     assert "stops before any node pulls the image" in out
 
 
+def test_an_edited_deployment_record_makes_the_emergency_rollback_refuse(tmp_path: Path) -> None:
+    """Issue 31, item 5: the node's record is the controller's word only with its signature. A record whose
+    previous image was edited (the signed one says its promotion was checked), and a bare record that says
+    so unsigned, are refused before any gate, naming the node and the file; --image is the way on."""
+    signed = _record(gate={"promotion": "checked"})
+    path = write_deploy_record(tmp_path / "state", "gate-node", signed)
+    edited = json.loads(path.read_text())
+    edited["previous"]["image"] = NAMED  # never promoted; its record would skip the promotion lookup
+    path.write_text(json.dumps(edited))
+    out = _rollback(tmp_path, local_inventory(tmp_path))
+    where = f"gate-node: {tmp_path / 'state' / 'deployed.json'}"
+    assert f"{where}: it was edited after the controller signed it (previous changed)" in out, out[-3000:]
+    assert "A rollback does not take its image, or the gates it passed, from that record" in out
+    assert "NOT CHECKED: promotion" not in out and "No node has been touched" in out, out[-3000:]
+    out = _rollback(tmp_path, _node(tmp_path, signed, signed=False))
+    assert f"{where}: it carries no controller signature" in out, out[-3000:]
+    assert "NOT CHECKED: promotion" not in out
+
+
 def test_a_node_with_nothing_to_roll_back_to_is_named(tmp_path: Path) -> None:
     out = _rollback(tmp_path, _node(tmp_path, None))
     assert "gate-node: no previous image recorded" in out, out[-3000:]
@@ -127,14 +150,17 @@ def test_a_rollback_across_a_profile_change_is_judged_by_the_release_the_image_w
 
     inv = _node(tmp_path, _record(gate=None))
     digest = PREVIOUS.split("@", 1)[1]
-    promotion.promote(PREVIOUS, "tiny/cpu", write_report(tmp_path / "r", digest=digest), tmp_path / "promotions.jsonl",
-                      keys=trusted())  # fmt: skip
+    # The node serves a production profile (a fleet that is not a test fleet's serves no other); its first
+    # promotion needs no A/B and says so.
+    rdir = write_report(tmp_path / "r", profile=PRODUCTION, digest=digest, source="container",
+                        figures={"log_warnings": []})  # fmt: skip
+    promotion.promote(PREVIOUS, PRODUCTION, rdir, tmp_path / "promotions.jsonl", keys=trusted())
     moved = tmp_path / "moved" / "serve_configs"
     shutil.copytree(REPO / "serve_configs", moved)
-    model = moved / "models" / "tiny" / "model.yaml"
+    model = moved / "models" / PRODUCTION.split("/")[0] / "model.yaml"
     model.write_text(model.read_text() + "# the next release\n")
     env = {**os.environ, "VFLEET_SERVE_CONFIGS": str(moved)}
-    keys = ("--trusted-key", str(key_files()[1]))
+    keys = ("--trusted-key", f"verify,ab={key_files()[1]}")
 
     out = _rollback(tmp_path, inv, *keys, env=env)
     assert f"release data of {PREVIOUS} from its snapshot {tmp_path}/releases/" in out, out[-3000:]
@@ -186,10 +212,16 @@ def test_a_rollout_refuses_an_image_of_a_base_the_checkout_does_not_know(tmp_pat
     inv = _node(tmp_path, None)
     for reg in _serve("none"):
         ref = f"{reg.host}/{SERVED_REPO}@{DIGEST}"
-        promotion.promote(ref, "tiny/cpu", write_report(tmp_path / "r", digest=DIGEST), tmp_path / "promotions.jsonl",
-                          keys=trusted())  # fmt: skip
+        rdir = write_report(tmp_path / "r", profile=PRODUCTION, digest=DIGEST, source="container",
+                            figures={"log_warnings": []})  # fmt: skip
+        promotion.promote(ref, PRODUCTION, rdir, tmp_path / "promotions.jsonl", keys=trusted())
         ident = Identity(ref, CONFIG, f"{reg.host}/{SERVED_REPO}", DIGEST, KIND_MANIFEST)
-        keys = ("--trusted-key", str(key_files()[1]), "--trusted-key", str(tmp_path / "release.pub"))
+        keys = (
+            "--trusted-key",
+            f"verify,ab={key_files()[1]}",
+            "--trusted-key",
+            f"provenance={tmp_path / 'release.pub'}",
+        )
 
         signed_record(tmp_path, _summarise({"service": "pypi"}, CLEAN), "0.99.0", ident=ident)
         out = _rollback(tmp_path, inv, "--image", ref, *keys, action="rollout")
@@ -210,4 +242,4 @@ def test_a_rollout_refuses_an_image_of_a_base_the_checkout_does_not_know(tmp_pat
         assert proc.returncode != 0, out[-3000:]
         assert f"verified {ref} ({DIGEST}): signed by" in out and "SBOM and materials match" in out, out[-3000:]
         assert "does not know" not in out and "stops before any node pulls the image" not in out, out[-3000:]
-        assert not (tmp_path / "lock.json").exists(), "the failed run's fleet lock was not released"
+        assert not LOCK.exists(), "the failed run's fleet lock was not released"

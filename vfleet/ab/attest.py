@@ -3,14 +3,15 @@
 `vfleet promote` (where a profile sets verify.ab_not_worse) recomputes non-inferiority from the per-round
 figures of ab.json, but those figures are a file anyone can edit. So a promotion A/B run with the
 controller's signing key (`vfleet ab --promotion --sign-key PRIV`, or VFLEET_SIGN_KEY) signs an in-toto
-Statement, in a DSSE envelope with the ed25519 key that signs boot-verify summaries and images:
+Statement, in a DSSE envelope (vfleet.supply.statements); promotion trusts it from the keys of the ab role
+only (--trusted-key ab=PUB, VFLEET_TRUSTED_KEYS_AB):
 
   subject          arm B's image (the candidate), by registry digest
   predicateType    https://github.com/vfleet/vfleet/ab/v1
   predicate        profile; baseline (arm A's registry digest); abReport.digest.sha256 (ab.json as
                    written); timeMeasured (UTC)
 
-Promotion accepts an A/B report only with this summary, made by a trusted key, naming the candidate,
+Promotion accepts an A/B report only with this summary, made by a key of the ab role, naming the candidate,
 the baseline and the profile of the promotion, and carrying the sha256 of the ab.json beside it: an
 edited, unsigned or foreign report is refused, each with its reason.
 """
@@ -24,14 +25,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vfleet.errors import VfleetError
+from vfleet.supply import statements
+from vfleet.supply.statements import AB, STATEMENT_TYPE, TIME_FORMAT, Keyring
 from vfleet.supply.store import SupplyError, hex_of
-from vfleet.verify.attestation import NO_SIGN_KEY, STATEMENT_TYPE, TIME_FORMAT, file_sha256
+from vfleet.verify.attestation import NO_SIGN_KEY, file_sha256
 
 if TYPE_CHECKING:
-    from securesystemslib.signer import CryptoSigner, Key  # type: ignore[attr-defined]
+    from securesystemslib.signer import CryptoSigner  # type: ignore[attr-defined]
 
 AB_ATTESTATION = "ab.dsse.json"
-AB_PREDICATE_TYPE = "https://github.com/vfleet/vfleet/ab/v1"
+AB_PREDICATE_TYPE = AB.predicate_type
 
 
 def statement(rep: dict[str, Any], ab_sha256: str, measured_at: dt.datetime) -> dict[str, Any]:
@@ -55,33 +58,27 @@ def statement(rep: dict[str, Any], ab_sha256: str, measured_at: dt.datetime) -> 
 
 def write(ab_json: Path, signer: CryptoSigner, now: dt.datetime | None = None) -> Path:
     """Sign AB_JSON as written and put its summary beside it; returns the summary's path."""
-    # cryptography and securesystemslib (supply.provenance) are the controller's, not the images': imported
-    # where used, so that the CLI starts in an image without them.
-    from vfleet.supply.provenance import sign
-
     rep = json.loads(ab_json.read_text())
     stmt = statement(rep, file_sha256(ab_json), now or dt.datetime.now(dt.UTC))
     path = ab_json.parent / AB_ATTESTATION
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(sign(stmt, signer), indent=1, sort_keys=True) + "\n")
+    tmp.write_text(json.dumps(statements.sign(stmt, signer), indent=1, sort_keys=True) + "\n")
     os.replace(tmp, path)
     return path
 
 
-def check(ab_json: Path, keys: list[Key], baseline: str, digest: str, profile: str) -> list[str]:
+def check(ab_json: Path, keys: Keyring, baseline: str, digest: str, profile: str) -> list[str]:
     """Why the summary beside AB_JSON does not vouch for it as the A/B of ``digest`` against ``baseline``
     on ``profile`` (empty: it does). No key, no summary, a signature no trusted key made, or a field that
     does not match is a problem, each named."""
-    if not keys:
-        return ["no trusted key to check its signed A/B summary"]
+    if not keys.of(AB):
+        return [f"no trusted key to check its signed A/B summary: {statements.how_to_trust(AB)}"]
     path = ab_json.parent / AB_ATTESTATION
     if not path.is_file():
         fix = f"run `vfleet ab --promotion` with the signing key ({NO_SIGN_KEY})"
         return [f"no signed A/B summary ({path.name}) beside it: {fix}"]
     try:
-        from vfleet.supply.provenance import open_envelope  # cryptography: see write()
-
-        stmt, _ = open_envelope(json.loads(path.read_text()), keys)
+        stmt, _ = statements.open_statement(json.loads(path.read_text()), AB, keys)
     except (OSError, ValueError, SupplyError) as exc:
         return [f"{path.name}: {exc}"]
     if not isinstance(stmt, dict) or stmt.get("predicateType") != AB_PREDICATE_TYPE:

@@ -8,7 +8,8 @@ build      build images/Dockerfile.FAMILY (cpu, cuda, rocm) on a vLLM base (--ba
            tag and labels carry it) with the OCI labels, then write its SBOM,
            vulnerability report and provenance to the supply store (signed with --sign-key)
 sign       sign the provenance of REF (its registry manifest digest, or a local image's ID) with --key PRIV
-verify     check REF: signature by a trusted --key, subject = REF's digest, SBOM and materials (exit 0/1)
+verify     check REF: signature by a key of the provenance role (--key), subject = REF's digest, SBOM and
+           materials (exit 0/1)
 resolve    ask REF's registry for its manifest digest and print REGISTRY/REPO@sha256:D (exit 0/1); a
            rollout's plan runs it once, and every later step of the run uses the digest
 layers     print an image's layers and their sizes in bytes
@@ -32,7 +33,7 @@ from vfleet.supply import default_store
 from vfleet.supply import policy as vpolicy
 from vfleet.supply.identity import registry_manifest_digest, split_ref
 from vfleet.supply.policy import Rules
-from vfleet.supply.store import SupplyError, trusted_key_paths
+from vfleet.supply.store import SupplyError
 
 ACTIONS = ("dockerd", "base", "wheels", "standin", "build", "layers", "sign", "verify", "resolve")
 
@@ -72,10 +73,10 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     sup.add_argument("--no-audit", action="store_true", help="build: skip pip-audit (the report says 'not run')")
     sup.add_argument(
         "--key",
-        type=Path,
         action="append",
         default=[],
-        help="sign: the private key (PEM); verify: a trusted public key (repeatable; default VFLEET_TRUSTED_KEYS)",
+        help="sign: the private key (PEM); verify: a public key trusted for the provenance role, PUB or ROLE,...=PUB "
+        "(repeatable; default VFLEET_TRUSTED_KEYS_PROVENANCE)",
     )
     sup.add_argument("--json", action="store_true", help="verify, resolve: print the result as JSON")
     sup.add_argument("--allow-standin", action="store_true", help="verify: accept the local GPU stand-in base")
@@ -125,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         # The supply chain's libraries (securesystemslib, cryptography) are the controller's, not the images':
         # imported where used, so that `vfleet serve` in an image starts without them.
         from vfleet.supply.attest import attest_result
-        from vfleet.supply.provenance import load_private_key
+        from vfleet.supply.statements import load_private_key
 
         if args.sign_key:
             load_private_key(args.sign_key)  # a bad key fails before the build, not after it
@@ -162,7 +163,7 @@ def _supply(args: argparse.Namespace) -> int:
     # cryptography and securesystemslib: see run().
     from vfleet.supply.attest import sign_image
     from vfleet.supply.check import verify
-    from vfleet.supply.provenance import load_public_key
+    from vfleet.supply.statements import PROVENANCE, keyring
 
     if not args.name:
         raise ImageError(f"vfleet image {args.action} REF: name the image")
@@ -170,9 +171,9 @@ def _supply(args: argparse.Namespace) -> int:
     if args.action == "sign":
         if len(args.key) != 1:
             raise ImageError("vfleet image sign REF --key PRIV: give exactly one private key file")
-        print(sign_image(args.name, args.key[0], store))
+        print(sign_image(args.name, Path(args.key[0]).expanduser(), store))
         return 0
-    keys = [load_public_key(p) for p in trusted_key_paths(args.key)]
+    keys = keyring(args.key, default=PROVENANCE)
     # The materials are compared with the release data (a rollback's snapshot, else the checkout); the
     # vulnerability policy is always today's, from the home.
     rules = vuln_rules(args.profile, args.policy, home(), release_dir())

@@ -25,6 +25,7 @@ from vfleet.supply import provenance as prov
 from vfleet.supply.audit import audit_packages
 from vfleet.supply.identity import Identity, resolve
 from vfleet.supply.sbom import make_sbom, python_packages
+from vfleet.supply.statements import load_private_key, sign
 from vfleet.supply.store import SBOM, STATEMENT, VULNS, SupplyError, envelope_path, record_dir
 
 
@@ -55,7 +56,7 @@ def attest_build(
 
     The record is made in a scratch directory beside the store and moved into place whole: a failed step
     leaves the previous record (or none), never a half-written one."""
-    signer = prov.load_private_key(sign_key) if sign_key else None  # a bad key fails before the slow steps
+    signer = load_private_key(sign_key) if sign_key else None  # a bad key fails before the slow steps
     ident = resolve(ref)
     final = record_dir(store, ident.image_id)
     store.mkdir(parents=True, exist_ok=True)
@@ -102,7 +103,7 @@ def attest_result(res: BuildResult, store: Path, *, sign_key: Path | None = None
 
 def sign_image(ref: str, key: Path, store: Path) -> Path:
     """Sign the build record of REF with KEY, the subject being REF's digest; return the envelope's path."""
-    signer = prov.load_private_key(key)
+    signer = load_private_key(key)
     return sign_identity(resolve(ref), signer, store)
 
 
@@ -121,5 +122,5 @@ def sign_identity(ident: Identity, signer: Any, store: Path) -> Path:
             raise SupplyError(f"{f} is missing or changed since the build recorded it; not signing (rebuild)")
     stmt["subject"] = [prov.subject_of(ident.name, ident.digest, ident.image_id, ident.kind)]
     out = envelope_path(store, ident.image_id, ident.digest)
-    _write_json(out, prov.sign(stmt, signer))
+    _write_json(out, sign(stmt, signer))
     return out

@@ -1,5 +1,5 @@
-"""Provenance of an image build: its materials, the in-toto Statement (SLSA provenance v1 predicate), and
-DSSE signing and checking with ed25519 keys (securesystemslib).
+"""Provenance of an image build: its materials and the in-toto Statement (SLSA provenance v1 predicate).
+It is signed and opened as every statement is, by role (vfleet.supply.statements, role provenance).
 
 Materials (SLSA v1 calls them resolvedDependencies), each a name, a URI and a sha256:
   base-image       the FROM image: its pinned registry digest, or the local image ID when built here
@@ -9,9 +9,6 @@ Materials (SLSA v1 calls them resolvedDependencies), each a name, a URI and a sh
   patch-series     the series digest of the patches applied for the family (= the image manifest's)
   patches          the tree digest of patches/ (= the label org.vfleet.patches.digest)
   profiles         the tree digest of serve_configs/ (= the label org.vfleet.profiles.digest)
-
-Keys: the private key is a PEM (PKCS#8) ed25519 key the operator keeps in a file or a secret mount; it
-is read only to sign, never copied, logged or written anywhere. Public keys are PEM SubjectPublicKeyInfo.
 """
 
 from __future__ import annotations
@@ -21,23 +18,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import load_pem_private_key, load_pem_public_key
-from securesystemslib.dsse import Envelope
-
-# securesystemslib.signer imports these without re-exporting them (no __all__), hence the ignore.
-from securesystemslib.signer import CryptoSigner, Key, SSlibKey  # type: ignore[attr-defined]
-
 from vfleet.digests import sha256_file as file_sha256
 from vfleet.digests import tree_digest
 from vfleet.dockerd import DockerError, docker
 from vfleet.patchset.series import load_series, select, series_sha256
+from vfleet.supply.statements import PROVENANCE, STATEMENT_TYPE
 from vfleet.supply.store import SupplyError, hex_of
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+PREDICATE_TYPE = PROVENANCE.predicate_type
 BUILD_TYPE = "https://github.com/vfleet/vfleet/image-build/v1"
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
 
 
 # -- materials ------------------------------------------------------------------------------------
@@ -135,54 +124,3 @@ def statement(
 
 def subject_of(name: str, digest: str, image_id: str, kind: str) -> dict[str, Any]:
     return {"name": name, "digest": _sha(digest), "annotations": {"imageId": image_id, "digestKind": kind}}
-
-
-# -- keys and DSSE --------------------------------------------------------------------------------
-
-
-def load_private_key(path: Path) -> CryptoSigner:
-    try:
-        key = load_pem_private_key(path.read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as exc:
-        raise SupplyError(
-            f"signing key {path}: cannot read an unencrypted PEM private key ({type(exc).__name__})"
-        ) from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise SupplyError(f"signing key {path} is not an ed25519 key (`openssl genpkey -algorithm ed25519`)")
-    return CryptoSigner(key, SSlibKey.from_crypto(key.public_key()))
-
-
-def load_public_key(path: Path) -> Key:
-    try:
-        key = load_pem_public_key(path.read_bytes())
-    except (OSError, ValueError) as exc:
-        raise SupplyError(f"trusted key {path}: cannot read a PEM public key ({type(exc).__name__})") from None
-    if not isinstance(key, Ed25519PublicKey):
-        raise SupplyError(f"trusted key {path} is not an ed25519 public key")
-    return SSlibKey.from_crypto(key)
-
-
-def sign(stmt: dict[str, Any], signer: CryptoSigner) -> dict[str, Any]:
-    env = Envelope(json.dumps(stmt, sort_keys=True).encode(), PAYLOAD_TYPE, {})
-    env.sign(signer)
-    return dict(env.to_dict())
-
-
-def open_envelope(data: dict[str, Any], keys: list[Key]) -> tuple[dict[str, Any], str]:
-    """(statement, keyid that signed it) when a trusted key signed the envelope; else SupplyError."""
-    from securesystemslib.exceptions import VerificationError
-
-    try:
-        env = Envelope.from_dict(data)
-    except (KeyError, ValueError, TypeError) as exc:
-        raise SupplyError(f"not a DSSE envelope ({exc})") from None
-    if env.payload_type != PAYLOAD_TYPE:
-        raise SupplyError(f"payload type {env.payload_type!r}, not {PAYLOAD_TYPE}")
-    try:
-        accepted = env.verify(keys, 1)
-    except VerificationError:
-        signed_by = ", ".join(sorted(env.signatures)) or "nobody"
-        trusted = ", ".join(k.keyid for k in keys)
-        raise SupplyError(f"not signed by a trusted key (signed by keyid {signed_by}; trusted: {trusted})") from None
-    stmt: dict[str, Any] = json.loads(env.payload)
-    return stmt, sorted(accepted)[0]

@@ -11,7 +11,6 @@ the image is pushed as. A local image and its pushed copies therefore share one 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from vfleet import settings
@@ -50,18 +49,3 @@ def record_dir(store: Path, image_id: str) -> Path:
 
 def envelope_path(store: Path, image_id: str, subject_digest: str) -> Path:
     return record_dir(store, image_id) / PROVENANCE / f"{hex_of(subject_digest)}.dsse.json"
-
-
-TRUSTED_KEYS_ENV = "VFLEET_TRUSTED_KEYS"
-
-
-def trusted_key_paths(paths: list[Path]) -> list[Path]:
-    """The public keys a gate trusts: the ones given (--key, --trusted-key), else VFLEET_TRUSTED_KEYS
-    (os.pathsep-separated files or directories of *.pub). The image gate and the promotion gate share it."""
-    if paths:
-        return paths
-    out: list[Path] = []
-    for item in filter(None, (settings.load().trusted_keys or "").split(os.pathsep)):
-        p = Path(item).expanduser()
-        out += sorted(p.glob("*.pub")) if p.is_dir() else [p]
-    return out

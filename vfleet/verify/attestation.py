@@ -3,10 +3,14 @@
 A report.json is a file anyone can copy and edit; its `passed` proves nothing. So `vfleet verify`,
 given the controller's ed25519 key, writes beside it DIR/verification.dsse.json: an in-toto Statement
 (v1) with the SLSA Verification Summary predicate (https://slsa.dev/verification_summary/v1), in a DSSE
-envelope signed the way image provenance is (vfleet.supply.provenance.sign):
+envelope signed by the key of the verify role (vfleet.supply.statements: a key trusted for another role,
+image provenance or A/B summaries, does not make a verification summary):
 
   subject               the image's registry manifest digest (REPO, sha256), as a rollout pulls it
-  verifier.id           BOOT_VERIFY_ID, with vfleet's version
+  verifier.id           BOOT_VERIFY_ID; verifier.version: vfleet's version, the vfleet revision that ran
+                        the suite (the checkout's git commit, "-dirty" when its build inputs changed; in an
+                        image, the revision its build recorded) and the sha256 of the smoke_tests/ suite it
+                        ran (vfleet.digests.tree_digest)
   timeVerified          when it was signed, right after the suite; promotion refuses a pass older
                         than the profile's verify.report_max_age_days
   resourceUri           docker-image://REPO@sha256:D
@@ -18,8 +22,7 @@ envelope signed the way image provenance is (vfleet.supply.provenance.sign):
   vfleetReport          report.json by name and sha256: an edit of any byte after signing is seen
 
 `check` is what `vfleet promote` and `promote --check` ask of it. The private key is read only to sign,
-never copied, logged or written. cryptography and securesystemslib (controller tools, not in the
-images) are imported where a key is used, never when the CLI loads.
+never copied, logged or written.
 """
 
 from __future__ import annotations
@@ -32,9 +35,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vfleet import __version__, settings
+from vfleet.digests import tree_digest
 from vfleet.errors import VfleetError
 from vfleet.paths import profiles_digest as checkout_profiles
-from vfleet.supply.store import TRUSTED_KEYS_ENV, SupplyError, hex_of, trusted_key_paths
+from vfleet.supply import statements
+from vfleet.supply.statements import STATEMENT_TYPE, TIME_FORMAT, VERIFY, Keyring
+from vfleet.supply.store import SupplyError, hex_of
 from vfleet.verify.image import split_ref
 from vfleet.verify.model import Report, verdict_problems
 
@@ -42,24 +48,19 @@ if TYPE_CHECKING:
     from securesystemslib.signer import CryptoSigner, Key  # type: ignore[attr-defined]
 
 ATTESTATION = "verification.dsse.json"
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-PREDICATE_TYPE = "https://slsa.dev/verification_summary/v1"
+PREDICATE_TYPE = VERIFY.predicate_type
 BOOT_VERIFY_ID = "https://github.com/vfleet/vfleet/boot-verify/v1"
 #: A custom level (the VSA spec allows any not starting with SLSA_): boot-verify passed on this image.
 VERIFIED_LEVEL = "VFLEET_BOOT_VERIFIED"
 SIGN_KEY_ENV = "VFLEET_SIGN_KEY"
 #: A signed time this far ahead of this clock is a clock out of step, not a future verification.
 CLOCK_SKEW = dt.timedelta(minutes=5)
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 NO_SIGN_KEY = (
     f"give the controller's ed25519 signing key as --sign-key PRIV or {SIGN_KEY_ENV}=PRIV "
     "(`openssl genpkey -algorithm ed25519 -out PRIV`)"
 )
-NO_TRUSTED_KEY = (
-    f"give the public half of the key that signed boot-verify as --trusted-key PUB (repeatable) or "
-    f"{TRUSTED_KEYS_ENV} (files or directories of *.pub)"
-)
+NO_TRUSTED_KEY = statements.how_to_trust(VERIFY)
 
 
 def sign_key_path(given: Path | None) -> Path | None:
@@ -72,22 +73,24 @@ def sign_key_path(given: Path | None) -> Path | None:
 
 def load_signer(path: Path) -> CryptoSigner:
     """The signer of the private key at PATH; SupplyError naming the file when it is not an ed25519 key."""
-    # cryptography and securesystemslib (supply.provenance) are the controller's, not the images': imported
-    # where used, so that the CLI starts in an image without them.
-    from vfleet.supply.provenance import load_private_key
-
-    return load_private_key(path)
+    return statements.load_private_key(path)
 
 
-def load_trusted(given: list[Path]) -> list[Key]:
-    """The public keys of --trusted-key / VFLEET_TRUSTED_KEYS; SupplyError naming a bad file. An empty
-    list is returned as is: the gate that needs a key refuses it and says how to give one."""
-    paths = trusted_key_paths(given)
-    if not paths:
-        return []
-    from vfleet.supply.provenance import load_public_key  # cryptography: see load_signer
+def load_trusted(given: list[str]) -> Keyring:
+    """The keys of --trusted-key ROLE=PUB and VFLEET_TRUSTED_KEYS_<ROLE>, by role; SupplyError naming a bad
+    file or spec. A role without a key is empty: the gate that needs one refuses and says how to declare it."""
+    return statements.keyring(given)
 
-    return [load_public_key(p) for p in paths]
+
+def verifier_version() -> dict[str, str]:
+    """What ran the suite: vfleet's version, its revision (the image's recorded VFLEET_REVISION inside an
+    image, else the checkout's git commit) and the sha256 of the smoke_tests/ suite (vfleet.verify.suite)."""
+    from vfleet.images.build import git_revision
+    from vfleet.verify.suite import suite_dir  # pytest: the run that signs has loaded it already
+
+    suite = suite_dir()
+    revision = settings.load().revision or git_revision(suite.parent)
+    return {"vfleet": __version__, "revision": revision, "smoke_tests": tree_digest([suite], suite.parent)}
 
 
 def public_key_of(signer: CryptoSigner) -> Key:
@@ -116,7 +119,7 @@ def statement(rep: Report, report_sha256: str, profiles_digest: str, verified_at
         "subject": [{"name": repo, "digest": {"sha256": hex_of(digest)}}],
         "predicateType": PREDICATE_TYPE,
         "predicate": {
-            "verifier": {"id": BOOT_VERIFY_ID, "version": {"vfleet": __version__}},
+            "verifier": {"id": BOOT_VERIFY_ID, "version": verifier_version()},
             "timeVerified": verified_at.astimezone(dt.UTC).strftime(TIME_FORMAT),
             "resourceUri": f"docker-image://{repo}@{digest}",
             "policy": {
@@ -155,20 +158,18 @@ def write(
     """Sign the report OUT/report.json (``rep``, as written) and write OUT/verification.dsse.json; returns
     its path. ``profiles_digest``: the checkout's (default vfleet.paths.profiles_digest()); ``now``: the
     time verified (default: now)."""
-    from vfleet.supply.provenance import sign  # cryptography: see load_signer
-
     report = out / "report.json"
     stmt = statement(rep, file_sha256(report), profiles_digest or checkout_profiles(), now or dt.datetime.now(dt.UTC))
     path = out / ATTESTATION
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(sign(stmt, signer), indent=1, sort_keys=True) + "\n")
+    tmp.write_text(json.dumps(statements.sign(stmt, signer), indent=1, sort_keys=True) + "\n")
     os.replace(tmp, path)
     return path
 
 
 def check(
     report: Path,
-    keys: list[Key],
+    keys: Keyring,
     digest: str,
     profile: str,
     profiles_digest: str,
@@ -179,7 +180,7 @@ def check(
     under this checkout's serve profiles within ``max_age`` (empty: it does). Fails closed: no key, no
     attestation, an unreadable one, a signature no trusted key made, or any field that does not match
     is a problem, each named."""
-    if not keys:
+    if not keys.of(VERIFY):
         return [f"no trusted key to check its signed verification summary: {NO_TRUSTED_KEY}"]
     path = report.parent / ATTESTATION
     if not path.is_file():
@@ -188,9 +189,7 @@ def check(
             f"with the signing key ({NO_SIGN_KEY})"
         ]
     try:
-        from vfleet.supply.provenance import open_envelope  # cryptography: see load_signer
-
-        stmt, _ = open_envelope(json.loads(path.read_text()), keys)
+        stmt, _ = statements.open_statement(json.loads(path.read_text()), VERIFY, keys)
     except (OSError, ValueError, SupplyError) as exc:
         return [f"{path.name}: {exc}"]
     if not isinstance(stmt, dict):

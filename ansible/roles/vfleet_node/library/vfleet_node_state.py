@@ -36,7 +36,9 @@ options:
       vfleet_node_host_port).
     type: int
   record:
-    description: The record to write (action record); updated_at is added.
+    description: >-
+      The record to write (action record), as the controller signed it (`vfleet deploy-record sign`: its fields,
+      updated_at included, and its signature), written as given; updated_at is added only to a record without one.
     type: dict
   env_file:
     description: The node's env file (action prepare); its directory is made 0700.
@@ -90,7 +92,7 @@ container:
   returned: read
   type: dict
 record:
-  description: The deployment record, {} when there is none.
+  description: The deployment record as the file holds it (its signature included), {} when there is none.
   returned: always
   type: dict
 healthy:
@@ -198,7 +200,7 @@ def read(module, p):
 def record(module, p):
     path = _record_path(p)
     data = dict(p["record"] or {})
-    data["updated_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    data.setdefault("updated_at", datetime.datetime.now(datetime.timezone.utc).isoformat())
     os.makedirs(p["state_dir"], exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
