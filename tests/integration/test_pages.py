@@ -20,13 +20,16 @@ from typing import Any
 import pytest
 from conftest import REPO
 from page_browser import Browser, Rendered, browser
+from supply_helpers import make_key
 
-from vfleet.pages import fleet_html, report_html
-from vfleet.verify import report
+from vfleet.commands.fleet import _recheck
+from vfleet.pages import fleet_html, html, report_html
+from vfleet.verify import attestation, report
 from vfleet.verify.model import CheckResult, Report
 
 H200 = REPO / "tests" / "fixtures" / "h200-verify"
 STATUS = REPO / "tests" / "fixtures" / "pages" / "status-cpu-node.json"
+DIGEST = "sha256:" + "ab" * 32
 META_KEYS = ("profile", "production", "url", "served_model", "image", "api_key", "docker_host", "log", "selected")
 
 
@@ -55,6 +58,22 @@ def write_report(out: Path, run: str = "run2", boot: str = "graph", **changes: A
     rep = Report.model_validate(data)
     report.write(rep, out)
     return out
+
+
+def sign_report(out: Path, keys: Path) -> Path:
+    """Sign OUT/report.json as `vfleet verify --sign-key` does (OUT/verification.dsse.json), with the key
+    KEYS/verify.pem (made on first use); returns the public key file."""
+    priv, pub = keys / "verify.pem", keys / "verify.pub"
+    if not priv.is_file():
+        keys.mkdir(parents=True, exist_ok=True)
+        priv, pub = make_key(keys, "verify")
+    attestation.write(out, Report.load(out / "report.json"), attestation.load_signer(priv), "sha256:" + "0" * 64)
+    return pub
+
+
+def recheck(tmp_path: Path) -> fleet_html.Recheck:
+    """The recheck `vfleet fleet status --html --trusted-key verify=PUB` hands the page."""
+    return _recheck([f"verify={tmp_path / 'keys' / 'verify.pub'}"])
 
 
 def verdict_of(r: Rendered) -> tuple[str, str]:
@@ -181,10 +200,11 @@ def status_rows(tmp_path: Path) -> list[dict[str, Any]]:
     for name in ("n1", "n2", "n3", "n4"):
         d = tmp_path / "verify-out" / "run-a" / name
         rows.append(base | {"node": name, "verify_report": str(d)})
-    write_report(tmp_path / "verify-out" / "run-a" / "n1", image={"id": base["image_id"]})
+    image = {"id": base["image_id"], "digest": DIGEST, "ref": f"registry:5000/vfleet-cpu@{DIGEST}"}
+    sign_report(write_report(tmp_path / "verify-out" / "run-a" / "n1", image=image), tmp_path / "keys")
     (tmp_path / "verify-out" / "run-a" / "n3").mkdir(parents=True)
     (tmp_path / "verify-out" / "run-a" / "n3" / "report.json").write_text("{not json")
-    write_report(tmp_path / "verify-out" / "run-a" / "n4", "run1", "eager", image={"id": base["image_id"]})
+    sign_report(write_report(tmp_path / "verify-out" / "run-a" / "n4", "run1", "eager", image=image), tmp_path / "keys")
     return [*rows, unreachable | {"node": "n5"}]
 
 
@@ -199,7 +219,7 @@ def cells(r: Rendered, node: str) -> dict[str, tuple[str, str]]:
 def test_fleet_page_rows_unknowns_and_worst_of_rollup(chromium: Browser, tmp_path: Path) -> None:
     status = tmp_path / "status.json"
     status.write_text(json.dumps(status_rows(tmp_path)))
-    page = fleet_html.write(status, tmp_path / "fleet.html")
+    page = fleet_html.write(status, tmp_path / "fleet.html", recheck(tmp_path))
     r = clean(chromium.render(page, "fleet"))
     text, state = verdict_of(r)
     assert (text, state) == ("Fleet FAIL: 5 nodes", "bad")
@@ -238,12 +258,14 @@ def test_fleet_rollup_is_ok_only_when_every_cell_checks_out(chromium: Browser, t
     }
     status = tmp_path / "status.json"
     status.write_text(json.dumps(rows))
-    r = clean(chromium.render(fleet_html.write(status, tmp_path / "fleet.html"), "fleet-ok"))
+    r = clean(chromium.render(fleet_html.write(status, tmp_path / "fleet.html", recheck(tmp_path)), "fleet-ok"))
     assert verdict_of(r) == ("Fleet OK: 1 node", "ok")
     # the same fleet whose report is for another image than the node runs: no longer green
     rows[0]["image_id"] = "sha256:" + "ef" * 32
     status.write_text(json.dumps(rows))
-    r = clean(chromium.render(fleet_html.write(status, tmp_path / "fleet.html"), "fleet-other-image"))
+    r = clean(
+        chromium.render(fleet_html.write(status, tmp_path / "fleet.html", recheck(tmp_path)), "fleet-other-image")
+    )
     assert verdict_of(r)[1] == "unknown"
     assert "that report verified" in cells(r, "n1")["verify"][1]
 
@@ -371,3 +393,40 @@ def test_a_node_restored_after_a_failed_swap_is_not_green_and_links_the_evidence
     assert cell.href == "" and "is not on this controller" in cell.why
     # A later successful deploy writes a record without last_failure: green again.
     assert fleet_html.node_cells({**row, "last_failure": {}})["record"].state == "ok"
+
+
+def test_the_last_boot_verify_cell_recomputes_the_verdict_from_checks_and_signature(tmp_path: Path) -> None:
+    """Issue 31: the cell showed report.json's stored PASS even when every check in it failed. It is PASS
+    only when the checks pass, recomputed, and a key trusted for the verify role signed a PASSED summary of
+    this very report.json; a page written without that recheck shows no PASS at all."""
+    row = status_rows(tmp_path)[0]  # n1: a signed PASS of the image it runs
+    d = Path(row["verify_report"])
+    original = (d / "report.json").read_text()
+
+    def cell() -> html.Cell:
+        return fleet_html.node_cells(row, recheck(tmp_path))["verify"]
+
+    assert cell().state == "ok" and cell().text.startswith("PASS"), cell()
+    unchecked = fleet_html.node_cells(row)["verify"]
+    assert unchecked.state == "unknown" and unchecked.why == fleet_html.NOT_RECHECKED, unchecked
+    # Every check failed, `passed: true` kept, and signed again: the checks alone say FAIL.
+    data = json.loads(original)
+    data["checks"] = [dict(c, outcome="failed") for c in data["checks"]]
+    (d / "report.json").write_text(json.dumps(data))
+    sign_report(d, tmp_path / "keys")
+    got = cell()
+    assert got.state == "bad" and got.text.startswith("FAIL"), got
+    assert "recomputed from its checks: failed: " in got.why and "(report.json says PASS)" in got.why, got.why
+    # Passing checks, but report.json edited after it was signed.
+    (d / "report.json").write_text(original)
+    sign_report(d, tmp_path / "keys")
+    (d / "report.json").write_text(original.replace('"served_model": "', '"served_model": "edited-', 1))
+    got = cell()
+    assert got.state == "bad" and got.text.startswith("NOT VERIFIED"), got
+    assert "report.json is not the report that was signed" in got.why, got.why
+    # Signed by a key not trusted for the verify role, or not signed at all.
+    (d / "report.json").write_text(original)
+    sign_report(d, tmp_path / "other-keys")
+    assert cell().text.startswith("NOT VERIFIED") and "verification.dsse.json: " in cell().why, cell()
+    (d / attestation.ATTESTATION).unlink()
+    assert cell().text.startswith("NOT VERIFIED") and "no signed verification summary" in cell().why, cell()

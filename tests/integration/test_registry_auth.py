@@ -1,15 +1,22 @@
 """Registry login (vfleet.supply.registry): docker's config.json (auths, credHelpers, credsStore) and
 the registry's two challenges, the Bearer token flow and Basic, against a small registry served here by
 http.server that speaks that protocol (the 401 challenge, the token realm, the manifest with its
-Docker-Content-Digest). It is a server of the real protocol, not a stand-in for vfleet's code: what is
-tested is the client, through the same functions the supply-chain gate and `vfleet promote` call. The
-credential helper is a real executable on PATH, as docker's are."""
+Docker-Content-Digest), over TLS with a certificate of a CA made here (trusted through SSL_CERT_FILE, as
+an operator trusts a private CA) or over plain http. It is a server of the real protocol, not a stand-in
+for vfleet's code: what is tested is the client, through the same functions the supply-chain gate and
+`vfleet promote` call. The credential helper is a real executable on PATH, as docker's are.
+
+Loopback registries are insecure by docker's default, and so by vfleet's; the tests of the https-only
+rule take that default away (registry.LOOPBACK) and point docker's daemon.json at a file of their own."""
 
 from __future__ import annotations
 
 import base64
+import datetime as dt
+import ipaddress
 import json
 import os
+import ssl
 import stat
 import subprocess
 import sys
@@ -49,6 +56,72 @@ class Registry:
     mode: str
     host: str = ""
     seen_auth: list[str] = field(default_factory=list)
+    scheme: str = "http"
+
+
+@dataclass(frozen=True)
+class Tls:
+    ca: Path  # the CA certificate a controller would trust (SSL_CERT_FILE)
+    cert: Path  # the registry's certificate (for 127.0.0.1) and its key
+    key: Path
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
+    """A CA and a server certificate it signed for 127.0.0.1."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    d = tmp_path_factory.mktemp("tls")
+    now = dt.datetime.now(dt.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "vfleet test registry CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    out = Tls(d / "ca.pem", d / "cert.pem", d / "key.pem")
+    out.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    out.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    out.key.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return out
+
+
+@pytest.fixture
+def https_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No registry declared insecure: loopback not by default, an empty daemon.json (returned, to write
+    insecure-registries into), no VFLEET_INSECURE_REGISTRIES."""
+    daemon = tmp_path / "daemon.json"
+    daemon.write_text("{}")
+    monkeypatch.setattr(registry, "LOOPBACK", ())
+    monkeypatch.setattr(registry, "DAEMON_JSON", daemon)
+    monkeypatch.delenv("VFLEET_INSECURE_REGISTRIES", raising=False)
+    return daemon
 
 
 def _handler(reg: Registry) -> type[BaseHTTPRequestHandler]:
@@ -84,7 +157,8 @@ def _handler(reg: Registry) -> type[BaseHTTPRequestHandler]:
             want = {"bearer": f"Bearer {TOKEN}", "basic": basic_ok}.get(reg.mode)
             if want is not None and auth != want:
                 challenge = (
-                    f'Bearer realm="http://{reg.host}/token",service="test-registry",scope="repository:{REPO}:pull"'
+                    f'Bearer realm="{reg.scheme}://{reg.host}/token",service="test-registry",'
+                    f'scope="repository:{REPO}:pull"'
                     if reg.mode == "bearer"
                     else 'Basic realm="test-registry"'
                 )
@@ -100,9 +174,14 @@ def _handler(reg: Registry) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def _serve(mode: str) -> Iterator[Registry]:
-    reg = Registry(mode)
+def _serve(mode: str, tls: Tls | None = None) -> Iterator[Registry]:
+    """A registry on 127.0.0.1: over TLS with TLS's certificate, else plain http."""
+    reg = Registry(mode, scheme="https" if tls else "http")
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(reg))
+    if tls is not None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(tls.cert, tls.key)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
     reg.host = f"127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -114,8 +193,12 @@ def _serve(mode: str) -> Iterator[Registry]:
 
 
 @pytest.fixture(params=["bearer", "basic"])
-def locked(request: pytest.FixtureRequest) -> Iterator[Registry]:
-    yield from _serve(request.param)
+def locked(
+    request: pytest.FixtureRequest, tls: Tls, https_only: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Registry]:
+    """A registry that needs a login, over https with a certificate this controller trusts (SSL_CERT_FILE)."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(tls.ca))
+    yield from _serve(request.param, tls)
 
 
 @pytest.fixture
@@ -266,12 +349,12 @@ def test_a_reference_without_a_registry_is_refused_naming_the_fix(ref: str) -> N
         registry_manifest_digest(ref)
 
 
-def test_image_resolve_prints_the_digest_reference_the_registry_names(docker_config: Path) -> None:
+def test_image_resolve_prints_the_digest_reference_the_registry_names(docker_config: Path, tls: Tls) -> None:
     """`vfleet image resolve REF --json`: the tag resolved at the registry, with the login; and a
     reference it cannot resolve is exit 1 with the reason, never a digest."""
-    for reg in _serve("bearer"):
+    for reg in _serve("bearer", tls):
         _write_config(docker_config, _auths(reg.host))
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "SSL_CERT_FILE": str(tls.ca)}
         argv = [sys.executable, "-m", "vfleet", "image", "resolve"]
         ok = subprocess.run(
             [*argv, f"{reg.host}/{REPO}:v1", "--json"], capture_output=True, text=True, env=env, check=False
@@ -285,3 +368,86 @@ def test_image_resolve_prints_the_digest_reference_the_registry_names(docker_con
         )
         assert bad.returncode == 1, bad.stdout + bad.stderr
         assert json.loads(bad.stdout)["digest"] == "" and "has no manifest team/vfleet-cpu:v2 (404)" in bad.stdout
+
+
+def test_a_tls_failure_is_an_error_naming_the_registry_and_the_fix(
+    https_only: Path, tls: Tls, docker_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31: a registry whose https fails is not asked over plain http (where anyone on the path could
+    answer with a digest). A plain-http registry and an https one whose CA this controller does not trust
+    are both TLS failures, named with the registry and the fix; the plain-http one is never asked."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    for reg in _serve("none"):
+        with pytest.raises(SupplyError) as err:
+            registry_manifest_digest(f"{reg.host}/{REPO}:v1")
+        text = str(err.value)
+        assert text.startswith(f"registry {reg.host}: the TLS connection to https://{reg.host}/v2/{REPO}/manifests/v1")
+        assert '"insecure-registries" in' in text and "VFLEET_INSECURE_REGISTRIES" in text, text
+        assert not reg.seen_auth, "the registry was asked over plain http"
+    for reg in _serve("none", tls):
+        with pytest.raises(SupplyError) as err:
+            resolve(f"{reg.host}/{REPO}:v1")
+        assert f"registry {reg.host}: the TLS connection" in str(err.value), err.value
+        assert "SSL_CERT_FILE=CA.pem" in str(err.value) and "CERTIFICATE_VERIFY_FAILED" in str(err.value)
+        monkeypatch.setenv("SSL_CERT_FILE", str(tls.ca))  # the fix it names
+        assert registry_manifest_digest(f"{reg.host}/{REPO}:v1") == DIGEST
+
+
+@pytest.mark.parametrize("how", ["setting", "setting-cidr", "daemon.json", "loopback"])
+def test_plain_http_only_for_a_registry_declared_insecure(
+    https_only: Path, docker_config: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """An http registry is asked over http only when declared insecure: by VFLEET_INSECURE_REGISTRIES (its
+    HOST:PORT or a CIDR holding it), by docker's daemon.json insecure-registries, or as loopback (docker's
+    default); the error when it is not says how it was asked."""
+    for reg in _serve("none"):
+        if how == "setting":
+            monkeypatch.setenv("VFLEET_INSECURE_REGISTRIES", f"other.example:5000, {reg.host}")
+        elif how == "setting-cidr":
+            monkeypatch.setenv("VFLEET_INSECURE_REGISTRIES", "127.0.0.0/8")
+        elif how == "daemon.json":
+            https_only.write_text(json.dumps({"insecure-registries": [reg.host]}))
+        else:
+            monkeypatch.setattr(registry, "LOOPBACK", ("127.0.0.0/8",))
+        assert registry.insecure(reg.host), how
+        assert registry_manifest_digest(f"{reg.host}/{REPO}:v1") == DIGEST
+        assert reg.seen_auth == [""], reg.seen_auth  # one request over http, after https failed
+
+
+def test_a_bad_daemon_json_is_named(https_only: Path) -> None:
+    https_only.write_text("{not json")
+    with pytest.raises(SupplyError, match=f"{https_only} is not JSON"):
+        registry.insecure("reg.example:5000")
+
+
+@pytest.mark.parametrize("mode", ["basic", "bearer"])
+def test_no_credentials_are_sent_over_http(
+    https_only: Path, docker_config: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Issue 31: a registry declared insecure that answers a challenge over http gets no login, neither
+    Basic nor a token fetched with it; the error names the registry and that vfleet sends none over http."""
+    for reg in _serve(mode):
+        monkeypatch.setenv("VFLEET_INSECURE_REGISTRIES", reg.host)
+        _write_config(docker_config, _auths(reg.host))
+        with pytest.raises(SupplyError) as err:
+            registry_manifest_digest(f"{reg.host}/{REPO}:v1")
+        text = str(err.value)
+        assert f"registry {reg.host} asks for a login over plain http" in text, text
+        assert "vfleet never sends credentials over http" in text and PASSWORD not in text
+        assert reg.seen_auth and all(a == "" for a in reg.seen_auth), reg.seen_auth
+
+
+def test_a_test_fleet_declares_its_registry_insecure(https_only: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test fleet's registry and mirror serve plain http on the fleet network; starting or loading the
+    fleet declares them (VFLEET_INSECURE_REGISTRIES, kept beside what the operator set), nothing else."""
+    from vfleet.testing.testfleet import Fleet, declare_insecure
+
+    monkeypatch.setenv("VFLEET_INSECURE_REGISTRIES", "mine.example:5000")
+    fleet = Fleet("t", "reg", "10.213.9.2:5000", "127.0.0.1:1", mirror_addr="10.213.9.4:5000")
+    assert not registry.insecure(fleet.registry_addr)
+    declare_insecure(fleet)
+    declare_insecure(fleet)  # once each
+    assert os.environ["VFLEET_INSECURE_REGISTRIES"] == "mine.example:5000,10.213.9.2:5000,10.213.9.4:5000"
+    for host in (fleet.registry_addr, fleet.mirror_addr, "mine.example:5000"):
+        assert registry.insecure(host) == "VFLEET_INSECURE_REGISTRIES", host
+    assert not registry.insecure("10.213.9.3:5000")

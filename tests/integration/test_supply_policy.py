@@ -28,6 +28,7 @@ from vfleet.pins import load as load_pins
 from vfleet.profiles import ProfileError
 from vfleet.supply import policy as vpolicy
 from vfleet.supply import provenance as prov
+from vfleet.supply import statements
 from vfleet.supply.attest import byproduct
 from vfleet.supply.audit import _summarise, audit_packages
 from vfleet.supply.check import Result, profile_is_production, provenance_entry, verify_identity
@@ -35,6 +36,7 @@ from vfleet.supply.identity import KIND_MANIFEST, Identity
 from vfleet.supply.store import SBOM, STATEMENT, VULNS, SupplyError, envelope_path, record_dir
 
 TODAY = dt.date.today()
+REASON = "the affected code path is not used by vLLM"
 IMAGE_ID = "sha256:" + "1" * 64
 IDENT = Identity(
     "registry.test:5000/vfleet-cuda@sha256:" + "2" * 64,
@@ -89,8 +91,8 @@ def signed_record(
     (rec / STATEMENT).write_text(json.dumps(stmt))
     env = envelope_path(store, ident.image_id, ident.digest)
     env.parent.mkdir()
-    env.write_text(json.dumps(prov.sign(stmt, prov.load_private_key(priv))))
-    return store, [prov.load_public_key(pub)]
+    env.write_text(json.dumps(statements.sign(stmt, statements.load_private_key(priv))))
+    return store, statements.trusting(statements.PROVENANCE, [statements.load_public_key(pub)])
 
 
 def run(
@@ -224,10 +226,15 @@ def test_a_severity_the_report_names_has_its_own_rule(tmp_path: Path) -> None:
     unknown-severity."""
     data = json.loads(json.dumps(VULNERABLE))
     data["dependencies"][0]["vulns"][0]["severity"] = "LOW"
-    policy = "production:\n  severity:\n    low: ignore\n"
+    until = TODAY + dt.timedelta(days=30)
+    policy = f"production:\n  severity:\n    low: {{action: ignore, reason: {REASON}, expires: {until}}}\n"
     res = run(tmp_path / "a", _summarise({"service": "pypi"}, data), policy=policy)
     ok, msg = policy_check(res)
     assert not ok and "GHSA-34jh-p97f-mpxf" not in msg.split("FAIL", 1)[1] and "PYSEC-2099-1 in urllib3" in msg
+    assert (
+        f"GHSA-34jh-p97f-mpxf in urllib3 2.2.1 (low; fixed in 2.2.2) (ignored by the production policy until {until}"
+        in msg
+    )
     policy += "    unknown-severity: warn\n"
     res = run(tmp_path / "b", _summarise({"service": "pypi"}, data), policy=policy)
     assert (
@@ -309,7 +316,7 @@ def test_fleet_page_provenance_cell_is_green_only_for_a_checked_pass(tmp_path: P
         "warn": (run(tmp_path / "3", _summarise({"service": "pypi"}, VULNERABLE), production=False), "unknown"),
         "unchecked": (run(tmp_path / "4", {"status": "unknown: not run"}, production=False), "unknown"),
         "ignored-unchecked": (
-            run(tmp_path / "5", {"status": "unknown: not run"}, policy="production:\n  unchecked: ignore\n"),
+            run(tmp_path / "5", {"status": "unknown: not run"}, policy=ignore_rule("unchecked", TODAY)),
             "unknown",
         ),
         "fail": (run(tmp_path / "6", _summarise({"service": "pypi"}, VULNERABLE)), "bad"),
@@ -336,3 +343,123 @@ def test_fleet_page_provenance_cell_is_green_only_for_a_checked_pass(tmp_path: P
         )["provenance"].state
         == "unknown"
     )
+
+
+def ignore_rule(key: str, expires: dt.date, extra: str = "") -> str:
+    """A production policy that ignores KEY (a level, or unchecked) with a reason until EXPIRES."""
+    rule = f"{{action: ignore, reason: {REASON}, expires: {expires}}}"
+    body = f"  unchecked: {rule}\n" if key == "unchecked" else f"  severity:\n    {key}: {rule}\n"
+    return f"production:\n{body}{extra}"
+
+
+def partial(audited: int = 1, skipped: int = 299, answered: bool = True) -> dict[str, Any]:
+    """The report of an audit that looked up AUDITED of AUDITED + SKIPPED packages: the others skipped by
+    the service (pip-audit's skip_reason) or, with ANSWERED false, missing from its answer."""
+    deps: list[dict[str, Any]] = [{"name": f"ok{i}", "version": "1.0", "vulns": []} for i in range(audited)]
+    if answered:
+        deps += [{"name": f"pkg{i}", "skip_reason": "Dependency not found on PyPI"} for i in range(skipped)]
+    return _summarise({"service": "pypi", "packages": audited + skipped}, {"dependencies": deps})
+
+
+@pytest.mark.injected_fault
+def test_packages_not_looked_up_are_unknown_and_follow_the_unchecked_rule(tmp_path: Path) -> None:
+    """Issue 31: a report that audited 1 of 300 packages is not "0 known" and not a checked pass. Under
+    production it fails (unchecked: fail), naming how many were not looked up; under a policy that warns on
+    unchecked it passes with NOT CHECKED; a non-production profile warns. The fleet page is not green."""
+    for n, report in enumerate((partial(), partial(answered=False))):
+        res = run(tmp_path / f"p{n}", report)
+        ok, msg = policy_check(res)
+        assert not ok and not res.ok, msg
+        assert res.judgement and not res.judgement.checked and res.judgement.verdict == "fail"
+        assert "vulnerabilities: 0 known in the packages looked up" in msg, msg
+        assert "FAIL under the production policy" in msg and "NOT CHECKED: 299 of 300 packages not looked up" in msg
+        assert ("pkg0 (Dependency not found on PyPI)" if n == 0 else "299 not in the service's answer") in msg, msg
+    relaxed = run(tmp_path / "relaxed", partial(), policy="production:\n  unchecked: warn\n")
+    assert relaxed.ok and relaxed.judgement and relaxed.judgement.verdict == "warn", relaxed.reason
+    assert "NOT CHECKED: 299 of 300 packages not looked up" in relaxed.reason
+    other = run(tmp_path / "other", partial(), production=False)
+    assert other.ok and other.judgement and other.judgement.verdict == "warn" and not other.judgement.checked
+    for res in (relaxed, other):
+        row = {"node": "n", "container": "running", "image_id": IMAGE_ID, "provenance": provenance_entry(res, IMAGE_ID)}
+        cell = node_cells(row)["provenance"]
+        assert cell.state == "unknown" and "299 of 300 packages not looked up" in cell.why, cell
+    # Every package looked up: a checked pass, as before.
+    full = run(tmp_path / "full", partial(audited=3, skipped=0))
+    assert full.ok and full.judgement and full.judgement.checked, full.reason
+
+
+def test_a_production_ignore_needs_a_reason_and_an_expiry_and_is_named(tmp_path: Path) -> None:
+    """Issue 31: production may not `ignore` a level (or unchecked) bare; a rule with its reason and expiry
+    ignores until then, and the result line names each finding it ignored, with the expiry. An expired
+    rule, or one further away than 90 days, ignores nothing (production fails)."""
+    for key in ("critical", "unchecked"):
+        path = tmp_path / f"bare-{key}.yaml"
+        path.write_text(
+            f"production:\n  {'unchecked: ignore' if key == 'unchecked' else 'severity: {critical: ignore}'}\n"
+        )
+        with pytest.raises(SupplyError) as exc:
+            vpolicy.rules(ROOT, True, path)
+        where = "production.unchecked" if key == "unchecked" else "production.severity.critical"
+        assert f"{where}: a production ignore needs a reason and an expiry" in str(exc.value)
+        assert "{action: ignore, reason: WHY, expires: YYYY-MM-DD}" in str(exc.value)
+    until = TODAY + dt.timedelta(days=10)
+    res = run(
+        tmp_path / "ok", _summarise({"service": "pypi"}, VULNERABLE), policy=ignore_rule("unknown-severity", until)
+    )
+    assert res.ok and res.judgement and len(res.judgement.ignored) == 2, res.reason
+    for vid in ("GHSA-34jh-p97f-mpxf", "PYSEC-2099-1"):
+        assert f"{vid} in urllib3 2.2.1 (unknown-severity;" in res.reason
+    assert f"ignored by the production policy until {until}: {REASON}" in res.reason
+    for n, when in enumerate((TODAY - dt.timedelta(days=1), dt.date(9999, 12, 31))):
+        res = run(
+            tmp_path / f"void{n}",
+            _summarise({"service": "pypi"}, VULNERABLE),
+            policy=ignore_rule("unknown-severity", when),
+        )
+        ok, msg = policy_check(res)
+        assert not ok and "FAIL under the production policy" in msg, msg
+        assert f"the ignore rule for unknown-severity {'expired' if n == 0 else 'expires'} on {when}" in msg, msg
+    # A non-production ignore needs nothing more, and is still named.
+    path = tmp_path / "other.yaml"
+    path.write_text("other:\n  severity: {unknown-severity: ignore}\n")
+    j = vpolicy.judge(_summarise({"service": "pypi"}, VULNERABLE), vpolicy.rules(ROOT, False, path))
+    assert j.verdict == "pass" and "ignored by the non-production policy (no expiry)" in j.line, j.line
+
+
+@pytest.mark.injected_fault
+def test_an_allow_entry_expiring_too_far_away_excuses_nothing(tmp_path: Path) -> None:
+    """Issue 31: an allow entry that expires on 9999-12-31 excused a finding for ever. Its expiry is at most
+    90 days away (a class may set less with allow_max_days); a later one excuses nothing and says the fix."""
+    far = dt.date(9999, 12, 31)
+    res = run(
+        tmp_path / "far",
+        _summarise({"service": "pypi"}, VULNERABLE),
+        policy=allow([("GHSA-34jh-p97f-mpxf", far), ("PYSEC-2099-1", TODAY)]),
+    )
+    ok, msg = policy_check(res)
+    assert not ok and "GHSA-34jh-p97f-mpxf in urllib3 2.2.1" in msg.split("FAIL", 1)[1], msg
+    latest = TODAY + dt.timedelta(days=90)
+    assert f"the allow entry for GHSA-34jh-p97f-mpxf expires on {far}, more than 90 days away" in msg
+    assert f"set its expires to {latest} or sooner" in msg
+    at_limit = allow([("GHSA-34jh-p97f-mpxf", latest), ("PYSEC-2099-1", TODAY)])
+    assert run(tmp_path / "limit", _summarise({"service": "pypi"}, VULNERABLE), policy=at_limit).ok
+    stricter = at_limit + "production:\n  allow_max_days: 30\n"
+    res = run(tmp_path / "stricter", _summarise({"service": "pypi"}, VULNERABLE), policy=stricter)
+    assert not res.ok and "more than 30 days away (the most the production policy allows)" in res.reason
+    path = tmp_path / "bad.yaml"
+    path.write_text("production:\n  allow_max_days: 365\n")
+    with pytest.raises(SupplyError, match=r"production\.allow_max_days"):
+        vpolicy.rules(ROOT, True, path)
+
+
+@pytest.mark.injected_fault
+def test_fleet_page_names_each_finding_allowed_or_ignored_with_its_expiry(tmp_path: Path) -> None:
+    until = TODAY + dt.timedelta(days=20)
+    policy = allow([("CVE-2024-37891", until)], ignore_rule("unknown-severity", until))
+    res = run(tmp_path, _summarise({"service": "pypi"}, VULNERABLE), policy=policy)
+    assert res.ok, res.reason
+    row = {"node": "n", "container": "running", "image_id": IMAGE_ID, "provenance": provenance_entry(res, IMAGE_ID)}
+    cell = node_cells(row)["provenance"]
+    assert cell.state == "ok", cell
+    assert f"allowed: GHSA-34jh-p97f-mpxf (until {until}: {REASON})" in cell.text, cell.text
+    assert "ignored: PYSEC-2099-1 in urllib3 2.2.1" in cell.text and f"until {until}" in cell.text, cell.text

@@ -26,8 +26,18 @@ RESULT_LINK = re.compile(r"\]\((\.\./benchmarks/results/[^)#\s]+)")
 ALLOWED: list[tuple[str, str, str]] = [
     (
         "docs/supply-chain.md",
-        "expires: 2027-03-31",
+        "expires: 2027-02-28",
         "an allow entry of vulnerability-policy.yaml, shown as an example: its expiry is a field of the format",
+    ),
+    (
+        "docs/supply-chain.md",
+        "set its expires to 2027-03-06 or sooner",
+        "the message the gate gives for an allow entry that expires too far away, quoted with example dates",
+    ),
+    (
+        "docs/supply-chain.md",
+        "(ignored by the production policy until 2027-01-15:",
+        "the result line the gate prints for a finding a production ignore rule excuses, with an example expiry",
     ),
     (
         "docs/supply-chain.md",
@@ -36,7 +46,7 @@ ALLOWED: list[tuple[str, str, str]] = [
     ),
     (
         "docs/supply-chain.md",
-        "(until 2027-03-31:",
+        "(until 2027-02-28:",
         "the summary line the gate prints for an allowed vulnerability, quoted with the example's expiry",
     ),
 ]

@@ -3,16 +3,18 @@ ansible/status.yml writes (one row per node) and the boot-verify report director
 
 Per node: the image and its registry digest, the vLLM version, the patch manifest, the profile and its
 digest, health (container, /health, balancer), the deployment record, the gates its deploy did not check
-(NOT CHECKED on a test fleet), the last boot-verify verdict with a link to its report.html, and
-provenance. What could not be read (an unreachable node, a missing or unreadable report, a report of
-another image, provenance nobody checked, a record that does not say which gates ran) is an explicit
-"unknown" with its reason, never a green cell; the rollup at the top is the worst cell of the fleet.
+(NOT CHECKED on a test fleet), the last boot-verify verdict with a link to its report.html (recomputed
+from its checks and its signed summary: a stored PASS alone is never shown as one), and provenance.
+What could not be read (an unreachable node, a missing or unreadable report, a report of another image,
+provenance nobody checked, a record that does not say which gates ran) is an explicit "unknown" with its
+reason, never a green cell; the rollup at the top is the worst cell of the fleet.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,14 @@ TEMPLATE = """{% extends "frame.html" %}
 """
 
 ENV = html.environment({NAME: TEMPLATE})
+
+#: Why the report in a directory is not a PASS: (by its checks, by its signed summary), recomputed
+#: (vfleet.verify.standing.recheck with the trusted keys; the command that writes the page hands it over).
+Recheck = Callable[[Path], tuple[list[str], list[str]]]
+NOT_RECHECKED = (
+    "report.json says PASS, but its checks and its signed summary were not rechecked (the page was written "
+    "without them); `vfleet fleet status --html FILE --trusted-key verify=PUB` rechecks both"
+)
 
 
 def _short(digest: str) -> str:
@@ -153,6 +163,11 @@ def _health(row: dict[str, Any]) -> Cell:
 
 
 def _record(row: dict[str, Any]) -> Cell:
+    problem = str(row.get("record_problem") or "")
+    if problem:
+        # The node's record does not carry the controller's signature for this node (issue 31): nothing
+        # it says (what runs, which gates the image passed) is taken, here or by a rollback.
+        return Cell("record NOT TRUSTED", "bad", problem[:400])
     state = str(row.get("record_state") or "")
     failure = row.get("last_failure") or {}
     if state == "deployed" and failure:
@@ -204,9 +219,10 @@ def _read_report(d: Path) -> tuple[dict[str, Any] | None, str]:
     return data, ""
 
 
-def _verify(row: dict[str, Any]) -> Cell:
+def _verify(row: dict[str, Any], recheck: Recheck | None = None) -> Cell:
     """The newest readable report of this node among the record's and those under verify_out/*/NODE,
-    preferring one of the image the node runs now."""
+    preferring one of the image the node runs now; its verdict recomputed (_standing), never its stored
+    `passed` alone."""
     node = str(row.get("node") or "")
     dirs: list[Path] = [Path(str(row["verify_report"]))] if row.get("verify_report") else []
     if row.get("verify_out") and node:
@@ -228,13 +244,29 @@ def _verify(row: dict[str, Any]) -> Cell:
     d, rep = max(same or reports, key=lambda r: str(r[1].get("started") or ""))
     page = d / "report.html"
     href = (page if page.is_file() else d / "report.json").resolve().as_uri()
-    v = report_verdict(rep)
+    v = _standing(report_verdict(rep), d, recheck)
     text = f"{v.text} {rep.get('started') or ''}".strip()
     if not same:
         seen = (rep.get("image") or {}).get("id") or "no image id"
         why = f"that report verified {_short(str(seen))}; the node runs {_short(image_id or '?')}"
         return Cell(text, "unknown", why, href)
     return Cell(text, v.state, v.why, href)
+
+
+def _standing(stored: Cell, d: Path, recheck: Recheck | None) -> Cell:
+    """The verdict of the report in D: a PASS only when its checks pass (recomputed) and a trusted key
+    signed a PASSED summary of it; the stored verdict otherwise only where it is no PASS."""
+    if recheck is None:
+        return html.unknown(NOT_RECHECKED, "PASS?") if stored.state == "ok" else stored
+    checks, signature = recheck(d)
+    said = f" (report.json says {stored.text})" if stored.state == "ok" else ""
+    if checks:
+        return Cell("FAIL", "bad", f"recomputed from its checks: {'; '.join(checks)}{said}")
+    if stored.state != "ok":
+        return stored
+    if signature:
+        return Cell("NOT VERIFIED", "bad", f"its checks pass, but {'; '.join(signature)}{said}")
+    return stored
 
 
 def _provenance(row: dict[str, Any]) -> Cell:
@@ -258,13 +290,19 @@ def _vulnerabilities(vulns: Any, detail: str) -> Cell:
     if verdict == "fail":
         return Cell("vulnerable", "bad", line)
     if verdict == "pass" and vulns.get("checked") is True:
-        return Cell("verified", "ok", f"{detail}")
+        return Cell("\n".join(["verified", *_excused(vulns)]), "ok", f"{detail}")
     if verdict == "warn" and vulns.get("checked") is True:
         return html.unknown(line, "verified, vulns WARN")
     return html.unknown(line or f"vulnerability verdict {verdict!r}", "verified, vulns NOT CHECKED")
 
 
-def node_cells(row: dict[str, Any]) -> dict[str, Cell]:
+def _excused(vulns: dict[str, Any]) -> list[str]:
+    """Each finding the policy let through, with its expiry: an allow entry's or an ignore rule's."""
+    allowed = [f"allowed: {a}" for a in vulns.get("allowed") or []]
+    return allowed + [f"ignored: {i}" for i in vulns.get("ignored") or []]
+
+
+def node_cells(row: dict[str, Any], recheck: Recheck | None = None) -> dict[str, Cell]:
     """The cells of one status row; an unreachable node has every cell unknown, with the reason."""
     if row.get("container") == "unreachable":
         why = "node unreachable: status.yml could not read it"
@@ -277,7 +315,7 @@ def node_cells(row: dict[str, Any]) -> dict[str, Cell]:
         "health": _health(row),
         "record": _record(row),
         "gates": _gates(row),
-        "verify": _verify(row),
+        "verify": _verify(row, recheck),
         "provenance": _provenance(row),
     }
 
@@ -302,10 +340,10 @@ class Node:
     state: str
 
 
-def page(rows: list[dict[str, Any]], source: str, error: str = "") -> str:
+def page(rows: list[dict[str, Any]], source: str, error: str = "", recheck: Recheck | None = None) -> str:
     nodes = []
     for row in rows:
-        cells = node_cells(row)
+        cells = node_cells(row, recheck)
         nodes.append(Node(str(row["node"]), cells, html.worst(c.state for c in cells.values())))
     state = html.worst(n.state for n in nodes) if nodes and not error else "unknown"
     lines = [error] if error else ([] if nodes else ["the status names no node"])
@@ -328,7 +366,8 @@ def page(rows: list[dict[str, Any]], source: str, error: str = "") -> str:
     )
 
 
-def write(status_json: Path, out: Path) -> Path:
-    """Write the fleet page for ``status_json`` to ``out``; returns ``out``."""
+def write(status_json: Path, out: Path, recheck: Recheck | None = None) -> Path:
+    """Write the fleet page for ``status_json`` to ``out``, each last boot-verify rechecked by RECHECK
+    (none: no report shows as PASS); returns ``out``."""
     rows, error = load(status_json)
-    return html.write_atomic(out, page(rows, str(status_json), error))
+    return html.write_atomic(out, page(rows, str(status_json), error, recheck))

@@ -103,6 +103,7 @@ def _run_pip_audit(
 
 def _summarise(report: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
     deps = data.get("dependencies", [])
+    report.setdefault("packages", len(deps))  # what was put to the service: the policy's denominator
     skipped = [d for d in deps if d.get("skip_reason")]
     audited = [d for d in deps if not d.get("skip_reason")]
     vulnerable = [d for d in audited if d.get("vulns")]

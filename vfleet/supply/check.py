@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from securesystemslib.signer import Key  # type: ignore[attr-defined]
-
 from vfleet import pins
 from vfleet.digests import sha256_file as file_sha256
 from vfleet.digests import tree_digest
@@ -28,6 +26,7 @@ from vfleet.profiles import Catalog
 from vfleet.supply import policy as vpolicy
 from vfleet.supply import provenance as prov
 from vfleet.supply.identity import Identity, resolve
+from vfleet.supply.statements import PROVENANCE, Keyring, how_to_trust, open_statement
 from vfleet.supply.store import STATEMENT, SupplyError, envelope_path, record_dir
 
 
@@ -46,8 +45,9 @@ HINTS = {
     "digest": "Push the image to the registry the fleet pulls from, or name it by a reference that resolves there",
     "record": "Roll out an image built by `vfleet image build` with this store (--store), or point --store at "
     "the store of the machine that built it",
-    "signature": "Sign it with a key whose public half is in vfleet_node_trusted_keys (--trusted-key PUB) or "
-    "VFLEET_TRUSTED_KEYS, or roll out an image built and signed from this checkout",
+    "signature": "Sign it with a key declared for the provenance role (--trusted-key provenance=PUB, "
+    "vfleet_node_trusted_keys, or VFLEET_TRUSTED_KEYS_PROVENANCE), or roll out an image built and signed from this "
+    "checkout",
     "subject": "Roll out the image the signed provenance names, or sign this one (`vfleet image sign REF --key PRIV`)",
     "sbom": _RECORD_UNLIKE_SIGNED,
     "vulnerabilities": _RECORD_UNLIKE_SIGNED,
@@ -102,7 +102,7 @@ class Result:
 
 def verify(
     ref: str,
-    keys: list[Key],
+    keys: Keyring,
     store: Path,
     home: Path,
     *,
@@ -113,8 +113,8 @@ def verify(
     (a caller that does not say which profile runs the image gets the strictest one)."""
     rules = rules or vpolicy.rules(home, production=True)
     res = Result(ref)
-    if not keys:  # nothing could pass: say so before asking the registry anything
-        res.checks.append(Check("signature", False, "no trusted key given (--key PUB or VFLEET_TRUSTED_KEYS)"))
+    if not keys.of(PROVENANCE):  # nothing could pass: say so before asking the registry anything
+        res.checks.append(Check("signature", False, f"no trusted key: {how_to_trust(PROVENANCE)}"))
         return res
     try:
         ident = resolve(ref)
@@ -125,7 +125,7 @@ def verify(
 
 
 def verify_identity(
-    ident: Identity, keys: list[Key], store: Path, home: Path, rules: vpolicy.Rules, *, allow_standin: bool = False
+    ident: Identity, keys: Keyring, store: Path, home: Path, rules: vpolicy.Rules, *, allow_standin: bool = False
 ) -> Result:
     """Every check after the digest: IDENT is what the registry (or this daemon) said REF is."""
     res = Result(ident.ref)
@@ -146,7 +146,7 @@ def verify_identity(
     if not env_path.is_file():
         return fail("signature", _unsigned_message(ident, rec))
     try:
-        stmt, keyid = prov.open_envelope(json.loads(env_path.read_text()), keys)
+        stmt, keyid = open_statement(json.loads(env_path.read_text()), PROVENANCE, keys)
     except (SupplyError, ValueError) as exc:
         return fail("signature", f"{env_path.name}: {exc}")
     res.signer = keyid
@@ -185,8 +185,7 @@ def _unsigned_message(ident: Identity, rec: Path) -> str:
 
 
 def _subject_problem(stmt: dict[str, Any], ident: Identity) -> str:
-    if stmt.get("_type") != prov.STATEMENT_TYPE or stmt.get("predicateType") != prov.PREDICATE_TYPE:
-        return f"not an in-toto Statement with the SLSA provenance predicate ({stmt.get('_type')})"
+    # Its type is the provenance role's: statements.open_statement checked it.
     subjects = stmt.get("subject") or []
     want = ident.digest.split(":", 1)[1]
     for s in subjects:
@@ -292,7 +291,7 @@ def wheel_problems(mats: dict[str, dict[str, Any]], home: Path, pinned: Any) -> 
     return problems
 
 
-def fleet_provenance(rows: list[dict[str, Any]], keys: list[Key], store: Path, home: Path) -> None:
+def fleet_provenance(rows: list[dict[str, Any]], keys: Keyring, store: Path, home: Path) -> None:
     """Add ``provenance: {status, detail, vulnerabilities}`` to each status row (ansible/status.yml) that
     runs an image: the same verification as the rollout's gate, once per distinct image and class of
     profile (the vulnerability policy of the row's profile; an unknown profile is judged as production),
@@ -310,11 +309,8 @@ def fleet_provenance(rows: list[dict[str, Any]], keys: list[Key], store: Path, h
         if not refs:
             row["provenance"] = {"status": "unknown", "detail": f"{image or 'the image'} has no registry digest"}
             continue
-        if not keys:
-            row["provenance"] = {
-                "status": "unknown",
-                "detail": "no trusted key given (vfleet fleet status --trusted-key PUB, or VFLEET_TRUSTED_KEYS)",
-            }
+        if not keys.of(PROVENANCE):
+            row["provenance"] = {"status": "unknown", "detail": f"no trusted key: {how_to_trust(PROVENANCE)}"}
             continue
         production = profile_is_production(str(row.get("profile") or ""), home)
         if (refs[0], production) not in seen:
@@ -336,7 +332,8 @@ def provenance_entry(res: Result, runs: str) -> dict[str, Any]:
         entry = {"status": "failed", "detail": res.reason}
     j = res.judgement
     if j is not None:
-        return {**entry, "vulnerabilities": {"verdict": j.verdict, "checked": j.checked, "line": j.line}}
+        vulns = {"verdict": j.verdict, "checked": j.checked, "line": j.line, "allowed": j.allowed, "ignored": j.ignored}
+        return {**entry, "vulnerabilities": vulns}
     return entry
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from vfleet.dockerd import DockerError, docker
-from vfleet.supply.registry import HUB_NAMES, Session
+from vfleet.supply.registry import HUB_NAMES, INSECURE_HOW, Session, insecure, is_tls_error, tls_failure
 from vfleet.supply.store import SupplyError, hex_of
 
 MANIFEST_TYPES = (
@@ -57,18 +57,22 @@ def split_ref(ref: str) -> tuple[str, str, str, str]:
 
 
 def _registry_get(host: str, path: str, reference: str) -> tuple[str, dict[str, Any]]:
-    """(Docker-Content-Digest, manifest) of HOST/PATH at `reference` (tag or digest), over https and then
-    plain http, with docker's login for HOST when the registry asks for one (vfleet.supply.registry)."""
+    """(Docker-Content-Digest, manifest) of HOST/PATH at `reference` (tag or digest), over https with the
+    certificate verified, with docker's login for HOST when the registry asks for one (vfleet.supply.registry).
+    Only a registry declared insecure is asked over https unverified and then plain http, as docker does."""
     headers = {"Accept": ", ".join(MANIFEST_TYPES + LIST_TYPES)}
     if host in HUB_NAMES and "/" not in path:
         path = f"library/{path}"  # Docker Hub's official images: docker.io/x is docker.io/library/x
+    declared = insecure(host)
     errors = []
-    for scheme in ("https", "http"):
-        session = Session(host, scheme)
+    for scheme in ("https", "http") if declared else ("https",):
+        session = Session(host, scheme, verify=not declared)
         url = f"{session.base}/v2/{path}/manifests/{reference}"
         try:
             resp = session.get(f"/v2/{path}/manifests/{reference}", headers)
         except httpx.HTTPError as exc:
+            if not declared and is_tls_error(exc):
+                raise tls_failure(host, url, exc) from exc
             errors.append(f"{url}: {exc}")
             continue
         if resp.status_code == 404:
@@ -83,7 +87,8 @@ def _registry_get(host: str, path: str, reference: str) -> tuple[str, dict[str, 
             )
         digest = resp.headers.get("docker-content-digest") or "sha256:" + hashlib.sha256(resp.content).hexdigest()
         return digest, manifest
-    raise SupplyError(f"cannot ask registry {host} for the digest of {path}:{reference}: " + "; ".join(errors))
+    how = f"declared insecure ({declared}): asked over https, then http" if declared else f"https only; {INSECURE_HOW}"
+    raise SupplyError(f"cannot ask registry {host} for the digest of {path}:{reference} ({how}): " + "; ".join(errors))
 
 
 def registry_manifest_digest(ref: str) -> str:

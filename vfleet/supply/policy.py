@@ -4,10 +4,18 @@ verify`, the rollout's supply-chain gate and the fleet page (docs/supply-chain.m
 A known vulnerability is judged by its severity: ``fail``, ``warn`` or ``ignore``. pip-audit's JSON
 (2.10) carries no severity, so today every finding is of the level ``unknown-severity``, which has a
 policy of its own; a report entry that does name one (``critical``, ``high``, ``medium``, ``low``) is
-judged by it. A report whose status is ``unknown`` (the database could not be reached, or the audit did
-not run) is judged by ``unchecked``. An allow entry excuses one vulnerability ID (or an alias of it,
-such as the CVE of a PYSEC entry) with a reason until its expiry date; an expired entry excuses
-nothing and the result says it expired.
+judged by it. What the report could not look up is judged by ``unchecked``: a report whose status is
+``unknown`` (the database could not be reached, or the audit did not run), and the packages of a report
+that it did not audit (skipped by the service, or missing from its answer), which are ``unknown``, never
+clean. An allow entry excuses one vulnerability ID (or an alias of it, such as the CVE of a PYSEC entry)
+with a reason until its expiry date, which is at most ``MAX_ALLOW_DAYS`` away (a class may set less with
+``allow_max_days``); an expired entry, or one that expires further away, excuses nothing and the result
+says so.
+
+A production ``ignore`` (of a level or of ``unchecked``) is written with its reason and its expiry,
+``{action: ignore, reason: ..., expires: YYYY-MM-DD}``, bounded like an allow entry: a bare ``ignore`` in
+the production class is a file error, and an ignore rule that expired (or expires too far away) falls back
+to the built-in ``fail``. The result line names every finding ignored or allowed, with its expiry.
 
 Where it lives: one fleet-level file, ``vulnerability-policy.yaml`` at the checkout's root (or
 ``--policy FILE``), with a section for production profiles and one for the others, and one allow list.
@@ -34,6 +42,12 @@ Action = Literal["fail", "warn", "ignore"]
 Level = Literal["critical", "high", "medium", "low", "unknown-severity"]
 LEVELS: tuple[Level, ...] = get_args(Level)
 POLICY_FILE = "vulnerability-policy.yaml"
+#: The furthest an allow entry's (or a production ignore rule's) expiry may be from the day it is judged.
+MAX_ALLOW_DAYS = 90
+#: The key of the rule for what the report could not look up, beside the levels.
+UNCHECKED = "unchecked"
+#: How many names of packages not looked up a line shows (the report holds them all).
+SHOWN = 5
 
 
 class _Strict(BaseModel):
@@ -46,9 +60,21 @@ class AllowEntry(_Strict):
     expires: dt.date = Field(description="the last day the entry excuses the vulnerability (YYYY-MM-DD)")
 
 
+class IgnoreRule(_Strict):
+    """``ignore`` with its reason and expiry: the only ``ignore`` a production class may hold."""
+
+    action: Literal["ignore"]
+    reason: str = Field(min_length=10, description="why findings of this level may be ignored")
+    expires: dt.date = Field(description="the last day the rule ignores them (YYYY-MM-DD)")
+
+
+Rule = Action | IgnoreRule
+
+
 class ClassPolicy(_Strict):
-    severity: dict[Level, Action] = Field(default_factory=dict)
-    unchecked: Action | None = None
+    severity: dict[Level, Rule] = Field(default_factory=dict)
+    unchecked: Rule | None = None
+    allow_max_days: int | None = Field(None, ge=1, le=MAX_ALLOW_DAYS)
 
 
 class PolicyFile(_Strict):
@@ -63,17 +89,48 @@ BUILT_IN: dict[bool, tuple[Action, Action]] = {True: ("fail", "fail"), False: ("
 @dataclass(frozen=True)
 class Rules:
     """The policy for one class of profile, resolved: an action for every level, for an unchecked report,
-    and the allow list; ``source`` names where it came from (for the messages)."""
+    the ignore rules with their reason and expiry (by level, or ``unchecked``), the allow list and the most
+    days ahead an entry may expire; ``source`` names where it came from (for the messages)."""
 
     production: bool
     severity: dict[str, Action]
     unchecked: Action
     allow: tuple[AllowEntry, ...]
     source: str
+    ignores: dict[str, IgnoreRule] = field(default_factory=dict)
+    allow_max_days: int = MAX_ALLOW_DAYS
 
     @property
     def what(self) -> str:
         return "production" if self.production else "non-production"
+
+    def action(self, key: str, today: dt.date) -> tuple[Action, str]:
+        """The action for level KEY (or ``unchecked``) today, and a note: for an ignore rule, how long it
+        ignores and why; for one that expired or expires too far away, that it ignores nothing (the action
+        is then the built-in one of the class)."""
+        act = self.unchecked if key == UNCHECKED else self.severity[key]
+        rule = self.ignores.get(key)
+        if act != "ignore":
+            return act, ""
+        if rule is None:
+            return "ignore", f"ignored by the {self.what} policy (no expiry)"
+        built_in = BUILT_IN[self.production][1 if key == UNCHECKED else 0]
+        void = self.void(f"the ignore rule for {key}", rule.expires, today)
+        if void:
+            return built_in, void
+        return "ignore", f"ignored by the {self.what} policy until {rule.expires}: {rule.reason}"
+
+    def void(self, what: str, expires: dt.date, today: dt.date) -> str:
+        """Why an entry or rule expiring on EXPIRES excuses nothing today ('' when it excuses)."""
+        if expires < today:
+            return f"{what} expired on {expires} (it excuses nothing now)"
+        latest = today + dt.timedelta(days=self.allow_max_days)
+        if expires > latest:
+            return (
+                f"{what} expires on {expires}, more than {self.allow_max_days} days away (the most the {self.what} "
+                f"policy allows): it excuses nothing; set its expires to {latest} or sooner"
+            )
+        return ""
 
 
 def load_file(path: Path) -> PolicyFile:
@@ -84,13 +141,31 @@ def load_file(path: Path) -> PolicyFile:
     except yaml.YAMLError as exc:
         raise SupplyError(f"vulnerability policy {path}: not YAML ({exc})") from exc
     try:
-        return PolicyFile.model_validate(data)
+        parsed = PolicyFile.model_validate(data)
     except ValidationError as exc:
         errs = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors())
         raise SupplyError(
-            f"vulnerability policy {path}: {errs} (keys: production/other: {{severity: {{LEVEL: fail|warn|ignore}}, "
-            f"unchecked: fail|warn|ignore}}, allow: [{{id, reason, expires: YYYY-MM-DD}}]; levels: {', '.join(LEVELS)})"
+            f"vulnerability policy {path}: {errs} (keys: production/other: {{severity: {{LEVEL: RULE}}, "
+            f"unchecked: RULE, allow_max_days: 1..{MAX_ALLOW_DAYS}}}, allow: [{{id, reason, expires: YYYY-MM-DD}}]; "
+            f"RULE: fail, warn, ignore or {{action: ignore, reason, expires}}; levels: {', '.join(LEVELS)})"
         ) from exc
+    bare = [f"production.severity.{k}" for k, v in parsed.production.severity.items() if v == "ignore"]
+    bare += ["production.unchecked"] if parsed.production.unchecked == "ignore" else []
+    if bare:
+        raise SupplyError(
+            f"vulnerability policy {path}: {', '.join(bare)}: a production ignore needs a reason and an expiry; "
+            f"write {{action: ignore, reason: WHY, expires: YYYY-MM-DD}} (at most {MAX_ALLOW_DAYS} days away), "
+            "or fail or warn"
+        )
+    return parsed
+
+
+def _resolve(rule: Rule | None, default: Action) -> tuple[Action, IgnoreRule | None]:
+    if rule is None:
+        return default, None
+    if isinstance(rule, IgnoreRule):
+        return "ignore", rule
+    return rule, None
 
 
 def rules(home: Path, production: bool, policy: Path | None = None) -> Rules:
@@ -102,9 +177,18 @@ def rules(home: Path, production: bool, policy: Path | None = None) -> Rules:
     data = load_file(path) if path.is_file() else PolicyFile()
     cls = data.production if production else data.other
     level_default, unchecked_default = BUILT_IN[production]
-    sev: dict[str, Action] = {lvl: cls.severity.get(lvl, level_default) for lvl in LEVELS}
+    sev: dict[str, Action] = {}
+    ignores: dict[str, IgnoreRule] = {}
+    for lvl in LEVELS:
+        sev[lvl], rule = _resolve(cls.severity.get(lvl), level_default)
+        if rule:
+            ignores[lvl] = rule
+    unchecked, rule = _resolve(cls.unchecked, unchecked_default)
+    if rule:
+        ignores[UNCHECKED] = rule
     source = str(path) if path.is_file() else f"the built-in default (no {path})"
-    return Rules(production, sev, cls.unchecked or unchecked_default, tuple(data.allow), source)
+    days = cls.allow_max_days or MAX_ALLOW_DAYS
+    return Rules(production, sev, unchecked, tuple(data.allow), source, ignores, days)
 
 
 @dataclass(frozen=True)
@@ -124,7 +208,9 @@ class Finding:
 @dataclass
 class Judgement:
     """What the policy makes of one report. ``verdict``: pass, warn or fail; ``checked``: whether the report
-    says which vulnerabilities are known; ``line`` is the one line the gate, verify and the page show."""
+    says which vulnerabilities are known for every package it lists; ``line`` is the one line the gate,
+    verify and the page show. ``allowed`` and ``ignored`` name each finding excused, with its expiry;
+    ``unknown`` says which packages were not looked up ('' when all were)."""
 
     status: str
     verdict: Literal["pass", "warn", "fail"]
@@ -134,7 +220,9 @@ class Judgement:
     failing: list[str] = field(default_factory=list)
     warning: list[str] = field(default_factory=list)
     allowed: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
     expired: list[str] = field(default_factory=list)
+    unknown: str = ""
     policy: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -163,32 +251,42 @@ def findings(report: dict[str, Any]) -> list[Finding]:
     return out
 
 
+def not_looked_up(report: dict[str, Any]) -> str:
+    """Which packages of REPORT were not looked up: '' when it says it audited every package it lists,
+    else "N of M packages not looked up (unknown: NAMES)". A report that does not say how many packages it
+    listed and audited counts as not looked up at all."""
+    total, audited = report.get("packages"), report.get("audited")
+    if not isinstance(total, int) or not isinstance(audited, int) or isinstance(total, bool) or total < audited:
+        return "the report does not say how many of its packages were looked up (no packages/audited counts)"
+    skipped = [d for d in report.get("not_audited") or [] if isinstance(d, dict)]
+    missing = total - audited
+    if missing <= 0:
+        return ""
+    names = [f"{d.get('name')} ({d.get('reason') or 'no reason'})" for d in skipped[:SHOWN]]
+    if missing > len(skipped):
+        names.append(f"{missing - len(skipped)} not in the service's answer")
+    more = ", ..." if len(skipped) > SHOWN else ""
+    return f"{missing} of {total} packages not looked up (unknown: {', '.join(names)}{more})"
+
+
 def judge(report: dict[str, Any], r: Rules, today: dt.date | None = None) -> Judgement:
     today = today or dt.date.today()
     status = str(report.get("status") or "")
     found = findings(report)
     if not status.startswith(("vulnerable", "no known vulnerabilities")) or (status.startswith("no") and found):
-        return _unchecked(status or "the report has no status", r)
-    j = Judgement(status, "pass", True, "", known=len(found), policy=r.source)
+        return _unchecked(status or "the report has no status", r, today)
+    unknown = not_looked_up(report)
+    j = Judgement(status, "pass", not unknown, "", known=len(found), unknown=unknown, policy=r.source)
     for f in found:
-        names = {f.id, *f.aliases}
-        entries = [a for a in r.allow if a.id in names]
-        valid = [a for a in entries if a.expires >= today]
-        if valid:
-            a = valid[0]
-            j.allowed.append(f"{f.id} (until {a.expires}: {a.reason})")
-            continue
-        j.expired += [f"the allow entry for {a.id} expired on {a.expires}" for a in entries]
-        action = r.severity[f.severity]
-        if action == "fail":
-            j.failing.append(f.describe())
-        elif action == "warn":
-            j.warning.append(f.describe())
-    j.verdict = "fail" if j.failing else "warn" if j.warning else "pass"
-    head = f"vulnerabilities: {j.known} known" + (f", allowed: {', '.join(j.allowed)}" if j.allowed else "")
-    parts = [head]
-    if j.expired:
-        parts.append("; ".join(j.expired) + " (it excuses nothing now)")
+        _judge_finding(j, f, r, today)
+    unknown_action, unknown_part = _judge_unknown(j, r, today) if unknown else ("pass", "")
+    if j.failing or unknown_action == "fail":
+        j.verdict = "fail"
+    elif j.warning or unknown_action == "warn":
+        j.verdict = "warn"
+    head = f"vulnerabilities: {j.known} known" + (" in the packages looked up" if unknown else "")
+    head += f", allowed: {', '.join(j.allowed)}" if j.allowed else ""
+    parts = [head + (f", ignored: {', '.join(j.ignored)}" if j.ignored else ""), *j.expired]
     if j.failing:
         parts.append(
             f"FAIL under the {r.what} policy ({r.source}): {', '.join(j.failing)}. Fix: upgrade each to a fixed "
@@ -196,18 +294,59 @@ def judge(report: dict[str, Any], r: Rules, today: dt.date | None = None) -> Jud
         )
     if j.warning:
         parts.append(f"WARNING under the {r.what} policy: {', '.join(j.warning)}")
+    if unknown_part:
+        parts.append(unknown_part)
     j.line = "; ".join(parts)
     return j
 
 
-def _unchecked(status: str, r: Rules) -> Judgement:
-    action = r.unchecked
+def _judge_finding(j: Judgement, f: Finding, r: Rules, today: dt.date) -> None:
+    names = {f.id, *f.aliases}
+    entries = [a for a in r.allow if a.id in names]
+    for a in entries:
+        why = r.void(f"the allow entry for {a.id}", a.expires, today)
+        if not why:
+            j.allowed.append(f"{f.id} (until {a.expires}: {a.reason})")
+            return
+        j.expired.append(why)
+    action, note = r.action(f.severity, today)
+    if action == "fail":
+        j.failing.append(f.describe())
+    elif action == "warn":
+        j.warning.append(f.describe())
+    else:
+        j.ignored.append(f"{f.describe()} ({note})")
+    if note and action != "ignore":
+        j.expired.append(note)
+
+
+def _judge_unknown(j: Judgement, r: Rules, today: dt.date) -> tuple[Action | Literal["pass"], str]:
+    """The ``unchecked`` rule applied to the packages not looked up: its action and the part of the line."""
+    action, note = r.action(UNCHECKED, today)
+    if action != "ignore" and note:
+        j.expired.append(note)
+    if action == "fail":
+        return action, (
+            f"FAIL under the {r.what} policy ({r.source}): NOT CHECKED: {j.unknown}. Fix: re-audit (or rebuild) "
+            "when the vulnerability database knows every package, or set unchecked: warn for this class of "
+            "profile in the policy"
+        )
+    if action == "warn":
+        return action, f"NOT CHECKED: {j.unknown}"
+    return action, f"NOT CHECKED: {j.unknown} ({note})"
+
+
+def _unchecked(status: str, r: Rules, today: dt.date) -> Judgement:
+    action, note = r.action(UNCHECKED, today)
+    expired = [note] if note and action != "ignore" else []
     if action == "fail":
         line = (
             f"vulnerabilities: NOT CHECKED ({status}): FAIL under the {r.what} policy ({r.source}). Fix: rebuild "
             "(or re-audit) when the vulnerability database is reachable, or set unchecked: warn for this class "
             "of profile in the policy"
         )
-        return Judgement(status, "fail", False, line, failing=[status], policy=r.source)
-    line = f"NOT CHECKED: vulnerabilities: {status}"
-    return Judgement(status, "warn" if action == "warn" else "pass", False, line, policy=r.source)
+        line = "; ".join([line, *expired])
+        return Judgement(status, "fail", False, line, failing=[status], expired=expired, policy=r.source)
+    line = f"NOT CHECKED: vulnerabilities: {status}" + (f" ({note})" if action == "ignore" else "")
+    verdict: Literal["warn", "pass"] = "warn" if action == "warn" else "pass"
+    return Judgement(status, verdict, False, "; ".join([line, *expired]), expired=expired, policy=r.source)
