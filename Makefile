@@ -58,17 +58,17 @@ FLEET_OPTS = $(if $(LIMIT),--limit $(LIMIT)) $(if $(BREAK_LOCK),--break-lock)
 lb: $(STAMP) ## set up the HAProxy balancer in front of the nodes [INVENTORY=dir|FLEET=test-fleet]
 	$(V)/vfleet fleet lb $(FLEET_WHERE)
 
-rollout: $(STAMP) ## roll the fleet onto IMAGE=ref: canary, then batches [INVENTORY|FLEET] [BATCH=n] [LIMIT=pattern] [BREAK_LOCK=1] [TRUSTED_KEY=pub.pem] [ALLOW_UNSIGNED=1: test fleets only]
-	$(V)/vfleet fleet rollout $(FLEET_WHERE) --image $(IMAGE) $(if $(BATCH),--batch-size $(BATCH)) $(if $(TRUSTED_KEY),--trusted-key $(TRUSTED_KEY)) $(if $(ALLOW_UNSIGNED),--allow-unsigned) $(FLEET_OPTS)
+rollout: $(STAMP) ## roll the fleet onto IMAGE=ref: canary, then batches [INVENTORY|FLEET] [BATCH=n] [LIMIT=pattern] [BREAK_LOCK=1] [TRUSTED_KEY='ROLE=pub.pem ...': keys per role] [ALLOW_UNSIGNED=1: test fleets only]
+	$(V)/vfleet fleet rollout $(FLEET_WHERE) --image $(IMAGE) $(if $(BATCH),--batch-size $(BATCH)) $(foreach k,$(TRUSTED_KEY),--trusted-key $(k)) $(if $(ALLOW_UNSIGNED),--allow-unsigned) $(FLEET_OPTS)
 
-rollback: $(STAMP) ## roll the fleet back, through the rollout's gates, to each node's previous image [IMAGE=ref to name one] [LIMIT] [BREAK_LOCK=1] [TRUSTED_KEY=pub.pem] [ALLOW_UNSIGNED=1: test fleets only]
-	$(V)/vfleet fleet rollback $(FLEET_WHERE) $(if $(IMAGE),--image $(IMAGE)) $(if $(TRUSTED_KEY),--trusted-key $(TRUSTED_KEY)) $(if $(ALLOW_UNSIGNED),--allow-unsigned) $(FLEET_OPTS)
+rollback: $(STAMP) ## roll the fleet back, through the rollout's gates, to each node's previous image [IMAGE=ref to name one] [LIMIT] [BREAK_LOCK=1] [TRUSTED_KEY='ROLE=pub.pem ...': keys per role] [ALLOW_UNSIGNED=1: test fleets only]
+	$(V)/vfleet fleet rollback $(FLEET_WHERE) $(if $(IMAGE),--image $(IMAGE)) $(foreach k,$(TRUSTED_KEY),--trusted-key $(k)) $(if $(ALLOW_UNSIGNED),--allow-unsigned) $(FLEET_OPTS)
 
 fleet-verify: $(STAMP) ## boot-verify every running node, each out of the balancer's pool [MAX_OUT=N at once]
 	$(V)/vfleet fleet verify $(FLEET_WHERE) $(if $(LIMIT),--limit $(LIMIT)) $(if $(MAX_OUT),--max-out-of-pool $(MAX_OUT))
 
-fleet-status: $(STAMP) ## what runs where: image digest, profile, health [HTML=fleet.html: the fleet page] [TRUSTED_KEY=pub.pem: its provenance column]
-	$(V)/vfleet fleet status $(FLEET_WHERE) $(if $(HTML),--html $(HTML)) $(if $(TRUSTED_KEY),--trusted-key $(TRUSTED_KEY))
+fleet-status: $(STAMP) ## what runs where: image digest, profile, health [HTML=fleet.html: the fleet page] [TRUSTED_KEY=provenance=pub.pem: its provenance column]
+	$(V)/vfleet fleet status $(FLEET_WHERE) $(if $(HTML),--html $(HTML)) $(foreach k,$(TRUSTED_KEY),--trusted-key $(k))
 
 fleet-up: $(STAMP) ## start a test fleet of Docker-in-Docker nodes + registry: FLEET=name [NODES=3]
 	$(V)/vfleet fleet up --name $(or $(FLEET),dev) --nodes $(or $(NODES),3)

@@ -77,8 +77,44 @@ class Settings(BaseModel):
     trusted_keys: str | None = Field(
         None,
         alias="VFLEET_TRUSTED_KEYS",
-        description="Public keys (PEM files, or directories of *.pub, separated by ':') the promotion and "
-        "image gates trust, when --trusted-key / --key is not given.",
+        description="No longer read: it trusted one key list for every kind of statement. Set, a command that "
+        "checks a signature stops and names the per-role variables below (docs/supply-chain.md, 'Keys per role').",
+    )
+    trusted_keys_provenance: str | None = Field(
+        None,
+        alias="VFLEET_TRUSTED_KEYS_PROVENANCE",
+        description="Public keys (PEM files, or directories of *.pub, separated by ':') trusted to sign image build "
+        "provenance (the supply-chain gate), when no --trusted-key provenance=PUB (`image verify`: --key) is given.",
+    )
+    trusted_keys_verify: str | None = Field(
+        None,
+        alias="VFLEET_TRUSTED_KEYS_VERIFY",
+        description="Public keys trusted to sign boot-verify verification summaries (promotion), when no "
+        "--trusted-key verify=PUB is given.",
+    )
+    trusted_keys_ab: str | None = Field(
+        None,
+        alias="VFLEET_TRUSTED_KEYS_AB",
+        description="Public keys trusted to sign promotion A/B summaries, when no --trusted-key ab=PUB is given.",
+    )
+    trusted_keys_deploy: str | None = Field(
+        None,
+        alias="VFLEET_TRUSTED_KEYS_DEPLOY",
+        description="Public keys of other controllers trusted to sign nodes' deployment records, besides this "
+        "controller's own deploy key (VFLEET_DEPLOY_KEY).",
+    )
+    deploy_key: Path | None = Field(
+        None,
+        alias="VFLEET_DEPLOY_KEY",
+        description="The controller's ed25519 private key (PEM) that signs each node's deployment record at deploy "
+        "time, created (mode 0600) on first use. Default: REPORTS/keys/deploy-record.pem.",
+    )
+    insecure_registries: str | None = Field(
+        None,
+        alias="VFLEET_INSECURE_REGISTRIES",
+        description="Registries that serve plain http (HOST[:PORT] as images name them, or a CIDR; separated by ',' "
+        "or spaces), besides docker's insecure-registries in /etc/docker/daemon.json and loopback: only these are "
+        'asked over http, and never with credentials (docs/supply-chain.md, "Registries").',
     )
     # -- the image entrypoint (`vfleet serve`) --
     profile: str | None = Field(

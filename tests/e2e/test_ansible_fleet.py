@@ -28,6 +28,7 @@ import pytest
 import yaml
 from supply_helpers import make_key
 
+from vfleet.fleet import inventory as fleet_inventory
 from vfleet.fleet.ansible import env as ansible_env
 from vfleet.fleet.ansible import playbook_argv
 from vfleet.paths import profiles_digest
@@ -200,7 +201,10 @@ def test_fresh_deploy_then_concurrent_rerun_is_idempotent_and_locked(ctx: Ctx) -
     # record say which gates were not checked (issue 21).
     text = flat(proc.stdout)
     assert "NOT CHECKED: supply chain: the signature, SBOM and provenance of the image are not verified" in text
-    skipped = {"supply chain", "promotion", "serve profiles", "boot-verify"}
+    # The test fleet's own overrides (testfleet.write_inventory: its nodes' addresses, docker hosts, small disks)
+    # are said and recorded too (issue 31): honoured only because every host is a labelled node of this fleet.
+    assert "test fleet: every host is a container of test fleet" in text, text[:3000]
+    skipped = {"supply chain", "promotion", "serve profiles", "boot-verify", "node address", "node docker", "free disk"}
     for n in ctx.names:
         ctx.assert_on(n, "good-1")
         rec = ctx.record(n)
@@ -211,9 +215,19 @@ def test_fresh_deploy_then_concurrent_rerun_is_idempotent_and_locked(ctx: Ctx) -
     assert not ctx.lock_file(), "the lock outlived a successful rollout"
     before = ctx.snapshot()
 
-    # Re-run the same rollout, and while it runs start a second one: the lock refuses the second.
+    # Re-run the same rollout, and while it runs start a second one: the lock refuses the second. The re-run
+    # carries every switch and override of the table (issue 31, moved here from the light tests, whose one
+    # node is no test fleet): each is honoured on this real test fleet, and said NOT CHECKED as the run goes
+    # and in the CLI's summary.
+    every = {
+        "vfleet_node_check_supply": False,
+        "vfleet_node_allow_standin": True,
+        "vfleet_node_boot_verify": False,
+        "vfleet_node_check_gpus": False,
+        "vfleet_node_promotions_file": "/nonexistent/promotions.jsonl",
+    }
     argv = [sys.executable, "-m", "vfleet", "fleet", "rollout", "--name", ctx.fleet.name, "--image", ctx.refs["good-1"]]
-    for k, v in FAST.items():
+    for k, v in {**FAST, **every}.items():
         argv += ["-e", f"{k}={json.dumps(v)}"]
     t0 = time.monotonic()
     first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -225,6 +239,11 @@ def test_fresh_deploy_then_concurrent_rerun_is_idempotent_and_locked(ctx: Ctx) -
     assert second.returncode != 0
     assert "a second rollout or rollback of the fleet is refused" in flat(second.stdout), second.stdout[-2000:]
     assert first.returncode == 0, out[-3000:]
+    run, _, summary = flat(out).partition(f"on the test fleet inventory {ctx.fleet.inventory} did not check:")
+    assert summary, out[-3000:]
+    for sw in fleet_inventory.switches().values():
+        assert f"NOT CHECKED: {sw.line()}" in run, (sw.name, run[-3000:])
+        assert f"NOT CHECKED: {sw.line()}" in summary, (sw.name, summary)
     changed = recap_changed(out)
     assert all(changed[n] == 0 for n in ctx.names), changed
     assert flat(out).count("is healthy; nothing to do") == len(ctx.names), out[-3000:]
@@ -345,11 +364,8 @@ def test_lock_of_another_controller_is_refused_and_only_broken_on_request(ctx: C
     proc = ctx.cli("lock_held_by_other_controller", "rollout", "--image", ctx.refs["good-1"])
     assert proc.returncode != 0
     text = flat(proc.stdout)
-    assert (
-        "held by rollout of someone/else@sha256:feed run 20261201T000000Z-other of ops on controller ctl-b.example"
-        in text
-    )
-    assert "--break-lock" in text
+    assert "held by rollout of someone/else@sha256:feed of ops on controller ctl-b.example (pid 4711)" in text
+    assert "--break-lock" in text and other["run_id"] not in text, "the refusal printed the holder's run id"
     assert json.loads(ctx.lock_file())["run_id"] == other["run_id"], "a refused run touched the other's lock"
     assert ctx.snapshot() == before
 
@@ -723,7 +739,8 @@ def test_bad_balancer_input_is_named_and_nothing_is_swapped(ctx: Ctx) -> None:
     inv = ctx.fleet.inventory.read_text()
     ghost = "vfleet-ghost-node"
     doc = yaml.safe_load(inv)
-    doc["all"]["children"]["vfleet_nodes"]["children"]["cpu_x86"]["hosts"][ghost] = {}
+    # A container of this fleet (node 1's, so that the test-fleet mark still holds) under a name HAProxy lacks.
+    doc["all"]["children"]["vfleet_nodes"]["children"]["cpu_x86"]["hosts"][ghost] = {"ansible_host": ctx.names[0]}
     ctx.fleet.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
     try:
         proc = ctx.cli("node_unknown_to_balancer", "rollout", "--image", ctx.refs["good-2"], "--limit", ghost)
@@ -774,14 +791,16 @@ def test_preflight_refuses_an_image_that_is_not_promoted(ctx: Ctx, tmp_path: Pat
     registry = tmp_path / "promotions.jsonl"
     registry.write_text("")
     check = {"vfleet_node_check_promotion": True, "vfleet_node_promotions_file": str(registry)}
-    proc = ctx.cli("unpromoted_refused", "rollout", "--image", digest_ref, "--trusted-key", str(pub), **check)
+    proc = ctx.cli("unpromoted_refused", "rollout", "--image", digest_ref, "--trusted-key", f"verify,ab={pub}", **check)
     assert proc.returncode != 0
     assert "was never promoted" in flat(proc.stdout), proc.stdout[-3000:]
     assert ctx.snapshot() == before
     forged = {"digest": digest, "profile": "tiny/cpu", "promoted_at": "2026-12-02T00:00:00+00:00",
               "report": str(tmp_path / "nowhere" / "report.json")}  # fmt: skip
     registry.write_text(json.dumps(forged) + "\n")
-    proc = ctx.cli("hand_written_line_refused", "rollout", "--image", digest_ref, "--trusted-key", str(pub), **check)
+    proc = ctx.cli(
+        "hand_written_line_refused", "rollout", "--image", digest_ref, "--trusted-key", f"verify,ab={pub}", **check
+    )
     assert proc.returncode != 0
     text = flat(proc.stdout)
     # "not a readable report" comes only after the key was accepted: no key would have stopped it first.
@@ -838,7 +857,7 @@ def test_a_rollout_across_vllm_bases_passes_the_gate_and_the_canary_and_goes_bac
         image_id = docker("image", "inspect", "--format", "{{.Id}}", local).strip()
         ident = Identity(f"{host}/{path}@{digest}", image_id, f"{host}/{path}", digest, KIND_MANIFEST)
         signed_record(tmp_path, _summarise({"service": "pypi"}, CLEAN), base, ident=ident)
-    gate = ("--trusted-key", str(tmp_path / "release.pub"), "--supply-store", str(tmp_path / "store"))
+    gate = ("--trusted-key", f"provenance={tmp_path / 'release.pub'}", "--supply-store", str(tmp_path / "store"))
 
     for scenario, base in (("across_bases_to_0.34", "0.34.0"), ("across_bases_back_to_0.30", "0.30.0")):
         proc = ctx.cli(scenario, "rollout", "--image", refs[base], *gate, vfleet_node_allow_unsigned=False)

@@ -22,7 +22,7 @@ from vfleet import images
 from vfleet.cli import main
 from vfleet.dockerd import ensure_dockerd
 from vfleet.images import ROOT
-from vfleet.supply import provenance as prov
+from vfleet.supply import statements
 from vfleet.supply.attest import attest_build, sign_image
 from vfleet.supply.identity import resolve
 from vfleet.supply.store import SBOM, STATEMENT, envelope_path, record_dir
@@ -160,7 +160,7 @@ def resign(store: Path, ref: str, priv: Path, edit: Any) -> None:
     path = envelope_path(store, ident.image_id, ident.digest)
     stmt = json.loads(__import__("base64").b64decode(json.loads(path.read_text())["payload"]))
     edit(stmt)
-    path.write_text(json.dumps(prov.sign(stmt, prov.load_private_key(priv))))
+    path.write_text(json.dumps(statements.sign(stmt, statements.load_private_key(priv))))
 
 
 def test_materials_naming_other_wheels_fail(
@@ -286,7 +286,7 @@ def _fleet_page_provenance(signed: dict[str, Any], store: Path, by_digest: str, 
         {**base, "node": "local-only", "image": "vfleet-supply-test:a"},
         {"node": "empty", "container": "absent", "image": "", "image_id": ""},
     ]
-    fleet_provenance(rows, [prov.load_public_key(signed["pub"])], store, ROOT)
+    fleet_provenance(rows, statements.keyring([f"provenance={signed['pub']}"]), store, ROOT)
     got = {r["node"]: (r.get("provenance") or {}).get("status") for r in rows}
     assert got == {
         "by-digest": "verified",

@@ -31,7 +31,16 @@ from vfleet.verify.model import CheckResult, Report
 
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"localhost:5000/vfleet-cpu@{DIGEST}"
-ENV_DROP = ("VFLEET_REPORTS", "VFLEET_PROMOTIONS", "VFLEET_HOME", "VFLEET_SIGN_KEY", "VFLEET_TRUSTED_KEYS")
+ENV_DROP = (
+    "VFLEET_REPORTS",
+    "VFLEET_PROMOTIONS",
+    "VFLEET_HOME",
+    "VFLEET_SIGN_KEY",
+    "VFLEET_TRUSTED_KEYS",
+    "VFLEET_TRUSTED_KEYS_PROVENANCE",
+    "VFLEET_TRUSTED_KEYS_VERIFY",
+    "VFLEET_TRUSTED_KEYS_AB",
+)
 
 
 def key_files(name: str = "controller") -> tuple[Path, Path]:
@@ -47,9 +56,10 @@ def _key_files(name: str) -> tuple[Path, Path]:
     return make_key(where, name)
 
 
-def trusted(name: str = "controller") -> list[Any]:
-    """The public key of ``name``, as `vfleet promote --trusted-key` loads it."""
-    return attestation.load_trusted([key_files(name)[1]])
+def trusted(*names: str) -> Any:
+    """The public keys of ``names`` (default: the controller's) trusted for the roles promotion checks
+    (verify, ab), as `vfleet promote --trusted-key verify,ab=PUB` loads them."""
+    return attestation.load_trusted([f"verify,ab={key_files(n)[1]}" for n in names or ("controller",)])
 
 
 def load_row(c: int) -> dict[str, Any]:
@@ -112,7 +122,7 @@ def resign(rdir: Path, edit: Any, sign_with: str = "controller") -> None:
     """Sign again, with a real key, the Statement of RDIR's report after ``edit`` changed it: what a
     signer that got one fact wrong would make, so that each check of the Statement is seen catching it."""
     from vfleet.paths import profiles_digest
-    from vfleet.supply.provenance import sign
+    from vfleet.supply.statements import sign
 
     path = rdir / "report.json"
     stmt = attestation.statement(
@@ -221,13 +231,15 @@ def test_promote_in_one_cwd_and_check_in_another_use_the_same_files(tmp_path: Pa
     write_report(root)
     # No trusted key: refused, with the fix named (fail closed).
     keyless = _vfleet("promote", IMAGE, "--profile", "tiny/cpu", cwd=a, env=env)
-    assert keyless.returncode == 2 and "no trusted key" in keyless.stderr and "--trusted-key PUB" in keyless.stderr
+    assert keyless.returncode == 2 and "no trusted key" in keyless.stderr, keyless.stderr
+    assert "--trusted-key verify=PUB" in keyless.stderr, keyless.stderr
     assert not (root / "promotions.jsonl").exists()
     pub = str(key_files()[1])
-    ok = _vfleet("promote", IMAGE, "--profile", "tiny/cpu", cwd=a, env=env | {"VFLEET_TRUSTED_KEYS": pub})
+    ok = _vfleet("promote", IMAGE, "--profile", "tiny/cpu", cwd=a, env=env | {"VFLEET_TRUSTED_KEYS_VERIFY": pub})
     assert ok.returncode == 0, ok.stderr
     assert (root / "promotions.jsonl").is_file() and not (a / "reports").exists()
-    check = _vfleet("promote", "--check", IMAGE, "--profile", "tiny/cpu", "--trusted-key", pub, cwd=b, env=env)
+    trust = ("--trusted-key", f"verify={pub}")
+    check = _vfleet("promote", "--check", IMAGE, "--profile", "tiny/cpu", *trust, cwd=b, env=env)
     assert check.returncode == 0, check.stdout + check.stderr
     assert f"promoted: {DIGEST} for tiny/cpu" in check.stdout
     keyless = _vfleet("promote", "--check", IMAGE, "--profile", "tiny/cpu", cwd=b, env=env)
@@ -245,7 +257,7 @@ def test_the_default_reports_root_is_the_checkout_whatever_the_cwd(tmp_path: Pat
 # -- tamper evidence: each of these promoted (or passed --check) before the summary was signed ------------
 
 
-def _refused(rdir: Path, *words: str, keys: list[Any] | None = None, image: str = IMAGE) -> str:
+def _refused(rdir: Path, *words: str, keys: Any = None, image: str = IMAGE) -> str:
     """Promote IMAGE on RDIR's report: it must be refused, naming each of ``words``; nothing recorded."""
     reg = rdir.parent / "promotions.jsonl"
     with pytest.raises(VfleetError) as err:
@@ -273,12 +285,12 @@ def test_the_healthy_path_promotes_and_checks(tmp_path: Path) -> None:
 
 def test_the_signed_summary_is_an_in_toto_slsa_verification_summary(tmp_path: Path) -> None:
     from vfleet.paths import profiles_digest
-    from vfleet.supply.provenance import PAYLOAD_TYPE, open_envelope
+    from vfleet.supply.statements import PAYLOAD_TYPE, VERIFY, open_statement
 
     rdir = write_report(tmp_path)
     env = json.loads((rdir / attestation.ATTESTATION).read_text())
     assert env["payloadType"] == PAYLOAD_TYPE
-    stmt, _ = open_envelope(env, trusted())
+    stmt, _ = open_statement(env, VERIFY, trusted())
     assert stmt["_type"] == "https://in-toto.io/Statement/v1"
     assert stmt["subject"] == [{"name": "localhost:5000/vfleet-cpu", "digest": {"sha256": "ab" * 32}}]
     assert stmt["predicateType"] == "https://slsa.dev/verification_summary/v1"
@@ -289,7 +301,7 @@ def test_the_signed_summary_is_an_in_toto_slsa_verification_summary(tmp_path: Pa
     assert pred["policy"]["digest"] == {"sha256": profiles_digest().removeprefix("sha256:")}
     assert pred["vfleetReport"]["digest"] == {"sha256": attestation.file_sha256(rdir / "report.json")}
     failed = write_report(tmp_path, suite_passed=False)
-    pred, _ = open_envelope(json.loads((failed / attestation.ATTESTATION).read_text()), trusted())
+    pred, _ = open_statement(json.loads((failed / attestation.ATTESTATION).read_text()), VERIFY, trusted())
     assert pred["predicate"]["verificationResult"] == "FAILED" and pred["predicate"]["verifiedLevels"] == ["FAILED"]
 
 
@@ -403,9 +415,73 @@ def test_a_summary_signed_by_an_untrusted_key_is_refused(tmp_path: Path) -> None
     rdir = write_report(tmp_path / "r", sign_with="intruder")
     _refused(rdir, "verification.dsse.json: not signed by a trusted key")
     # Trusting that key as well accepts it: the refusal was the key, nothing else.
-    promotion.promote(IMAGE, "tiny/cpu", rdir, tmp_path / "ok.jsonl", keys=trusted() + trusted("intruder"))
+    promotion.promote(IMAGE, "tiny/cpu", rdir, tmp_path / "ok.jsonl", keys=trusted("controller", "intruder"))
     # No trusted key at all: nothing could be checked, nothing is promoted; the fix is named.
-    _refused(write_report(tmp_path / "n"), "no trusted key", "--trusted-key PUB", "VFLEET_TRUSTED_KEYS", keys=[])
+    from vfleet.supply.statements import Keyring
+
+    no_keys = Keyring()
+    _refused(write_report(tmp_path / "n"), "no trusted key", "--trusted-key verify=PUB", "VFLEET_TRUSTED_KEYS_VERIFY",
+             keys=no_keys)  # fmt: skip
+
+
+def test_a_key_of_another_role_does_not_make_a_verification_summary(tmp_path: Path) -> None:
+    """Issue 31, item 6: the key that signed the summary is trusted to sign image builds only. `vfleet
+    promote` and the `promote --check` a rollout's preflight runs refuse it, naming the key's role; the same
+    key declared for the verify role too promotes. A key with no role, and the old one-list variable, are
+    refused with the fix named."""
+    rdir, reg = write_report(tmp_path / "r"), tmp_path / "promotions.jsonl"
+    env = {k: v for k, v in os.environ.items() if k not in ENV_DROP}
+    pub, other = key_files()[1], key_files("intruder")[1]
+    trust = ("--trusted-key", f"provenance={pub}", "--trusted-key", f"verify,ab={other}")
+    where = ("--profile", "tiny/cpu", "--registry", str(reg))
+    refused = _vfleet("promote", IMAGE, *where, "--report", str(rdir), *trust, cwd=tmp_path, env=env)
+    assert refused.returncode == 2 and not reg.exists(), refused.stdout + refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "a key of the provenance role, not of the verify role (boot-verify verification summaries)" in said, said
+    ok = _vfleet("promote", IMAGE, *where, "--report", str(rdir), "--trusted-key", f"provenance,verify={pub}",
+                 cwd=tmp_path, env=env)  # fmt: skip
+    assert ok.returncode == 0 and reg.is_file(), ok.stdout + ok.stderr
+    check = _vfleet("promote", "--check", IMAGE, *where, *trust, cwd=tmp_path, env=env)
+    assert check.returncode == 1 and "a key of the provenance role, not of the verify role" in check.stdout
+    bare = _vfleet("promote", "--check", IMAGE, *where, "--trusted-key", str(pub), cwd=tmp_path, env=env)
+    assert bare.returncode == 1 and f"trusted key '{pub}' names no role" in bare.stdout, bare.stdout
+    legacy = _vfleet("promote", "--check", IMAGE, *where, cwd=tmp_path, env=env | {"VFLEET_TRUSTED_KEYS": str(pub)})
+    assert legacy.returncode == 1 and "VFLEET_TRUSTED_KEYS is no longer read" in legacy.stdout, legacy.stdout
+    assert "VFLEET_TRUSTED_KEYS_VERIFY" in legacy.stdout
+
+
+def test_an_ab_summary_signed_by_a_key_of_the_verify_role_is_refused(tmp_path: Path) -> None:
+    """Issue 31, item 6: a key trusted for boot-verify summaries does not make an A/B summary."""
+    from test_ab import PROFILE, _ab_report
+
+    from vfleet.ab import attest as ab_attest
+
+    old, new = "sha256:" + "11" * 32, "sha256:" + "22" * 32
+    ab_json = _ab_report(tmp_path, "ab", old, new, effect=1.0) / "ab.json"
+    keys = attestation.load_trusted([f"verify={key_files()[1]}", f"ab={key_files('intruder')[1]}"])
+    why = " ".join(ab_attest.check(ab_json, keys, old, new, PROFILE))
+    assert "ab.dsse.json: signed by keyid" in why and "a key of the verify role, not of the ab role" in why, why
+    assert ab_attest.check(ab_json, trusted(), old, new, PROFILE) == []
+
+
+def test_the_summary_names_the_revision_and_the_suite_that_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31, item 12: the signed verifier is not just vfleet's version: the checkout's revision and the
+    sha256 of the smoke_tests/ suite; inside an image, the revision its build recorded."""
+    from vfleet import __version__
+    from vfleet.digests import tree_digest
+    from vfleet.images.build import git_revision
+    from vfleet.supply.statements import VERIFY, open_statement
+
+    def verifier(rdir: Path) -> dict[str, Any]:
+        stmt, _ = open_statement(json.loads((rdir / attestation.ATTESTATION).read_text()), VERIFY, trusted())
+        return dict(stmt["predicate"]["verifier"])
+
+    signed = verifier(write_report(tmp_path / "a"))
+    suite = tree_digest([REPO / "smoke_tests"], REPO)
+    assert signed["version"] == {"vfleet": __version__, "revision": git_revision(REPO), "smoke_tests": suite}
+    assert len(signed["version"]["revision"].removesuffix("-dirty")) == 40, signed
+    monkeypatch.setenv("VFLEET_REVISION", "0123abc")
+    assert verifier(write_report(tmp_path / "b"))["version"]["revision"] == "0123abc"
 
 
 def test_a_failed_result_signed_is_not_a_pass(tmp_path: Path) -> None:
@@ -437,7 +513,7 @@ def test_a_hand_written_registry_line_proves_nothing(tmp_path: Path) -> None:
     line = {"digest": DIGEST, "profile": "tiny/cpu", "promoted_at": "2026-12-02T00:00:00+00:00",
             "report": str(tmp_path / "nowhere" / "report.json")}  # fmt: skip
     reg.write_text(json.dumps(line) + "\n")
-    with pytest.raises(VfleetError, match=r"no entry's report passes the gate now: .*nowhere.*not a readable report"):
+    with pytest.raises(VfleetError, match=r"no entry passes the gate now: .*nowhere.*not a readable report"):
         promotion.promoted_entry(IMAGE, "tiny/cpu", reg, keys=trusted())
     # A line naming a report that exists but was never signed; a line naming no report at all.
     unsigned = write_report(tmp_path / "u", sign_with=None)
@@ -450,7 +526,7 @@ def test_a_hand_written_registry_line_proves_nothing(tmp_path: Path) -> None:
     # The CLI, as the rollout's preflight runs it: exit 1, the reason printed.
     env = {k: v for k, v in os.environ.items() if k not in ENV_DROP}
     proc = _vfleet("promote", "--check", IMAGE, "--profile", "tiny/cpu", "--registry", str(reg),
-                   "--trusted-key", str(key_files()[1]), cwd=tmp_path, env=env)  # fmt: skip
+                   "--trusted-key", f"verify={key_files()[1]}", cwd=tmp_path, env=env)  # fmt: skip
     assert proc.returncode == 1 and "not promoted:" in proc.stdout and "not a readable report" in proc.stdout
     # A real promotion appended after the forged lines is found.
     promotion.promote(IMAGE, "tiny/cpu", write_report(tmp_path / "g"), reg, keys=trusted())
@@ -548,19 +624,32 @@ OLD = [_tpl("WARNING [system_utils.py] Found ulimit of <n> and failed")]
 NEW = "WARNING [cpu.py] Failed to import from vllm._C: ImportError('libgomp.so.<n>: cannot open shared object file')"
 
 
+BASE = "sha256:" + "12" * 32
+
+
 def _promote_baseline(root: Path, reg: Path, profile: str = PROD) -> Path:
-    digest = "sha256:" + "12" * 32
-    rdir = write_report(root, profile=profile, digest=digest, source="container", figures={"log_warnings": OLD})
-    promotion.promote(f"localhost:5000/vfleet-cpu@{digest}", profile, rdir, reg, keys=trusted())
+    rdir = write_report(root, profile=profile, digest=BASE, source="container", figures={"log_warnings": OLD})
+    entry = promotion.promote(f"localhost:5000/vfleet-cpu@{BASE}", profile, rdir, reg, keys=trusted())
+    assert entry["baseline"] is None and entry["baseline_note"] == "no baseline: first promotion"
     return rdir
+
+
+def _ab(root: Path, baseline: str = BASE, candidate: str = DIGEST, profile: str = PROD, **kw: Any) -> Path:
+    """A signed promotion A/B of CANDIDATE (arm B) against BASELINE (arm A), showing no regression, as
+    `vfleet ab --promotion --sign-key` writes it (tests/integration/test_ab.py's synthetic rounds)."""
+    from test_ab import _ab_report
+
+    name = f"ab-{baseline[7:11]}-{candidate[7:11]}-{len(list(root.iterdir())) if root.exists() else 0}"
+    return _ab_report(root, name, baseline, candidate, effect=1.0, profile=profile, **kw)
 
 
 def test_a_new_warning_template_stops_a_production_promotion(tmp_path: Path) -> None:
     reg = tmp_path / "promotions.jsonl"
     base = _promote_baseline(tmp_path / "r", reg)
     same = write_report(tmp_path / "r", profile=PROD, source="container", figures={"log_warnings": OLD})
-    entry = promotion.promote(IMAGE, PROD, same, reg, keys=trusted())
+    entry = promotion.promote(IMAGE, PROD, same, reg, _ab(tmp_path / "ab"), keys=trusted())
     assert entry["new_warnings"] == f"no new warning template against {base / 'report.json'}"
+    assert entry["baseline"]["digest"] == BASE and entry["ab_baseline"] == BASE
     # The next image prints a warning the promoted one never did: refused, the template named, nothing appended.
     reg2 = tmp_path / "promotions2.jsonl"
     _promote_baseline(tmp_path / "b", reg2)
@@ -580,7 +669,7 @@ def test_the_baseline_must_be_the_signed_report_it_was_promoted_on(tmp_path: Pat
     base = _promote_baseline(tmp_path / "b", reg)
     _edit(base, lambda d: d["figures"]["log_warnings"].append(_tpl(NEW)))
     sick = write_report(tmp_path / "r", profile=PROD, source="container", figures={"log_warnings": [*OLD, _tpl(NEW)]})
-    with pytest.raises(VfleetError, match="the baseline of the new-warning check, cannot be checked"):
+    with pytest.raises(VfleetError, match=r"the baseline of this promotion \(.*\) cannot be checked: report.json is"):
         promotion.promote(IMAGE, PROD, sick, reg, keys=trusted())
 
 
@@ -593,7 +682,7 @@ def test_an_allow_entry_in_the_profile_excuses_a_new_template(tmp_path: Path, co
         "models/glm-5.3-flash/h200.yaml", lambda d: d.setdefault("verify", {}).update(warnings={"allow": [allow]})
     )
     sick = write_report(tmp_path / "r", profile=PROD, source="container", figures={"log_warnings": [*OLD, _tpl(NEW)]})
-    entry = promotion.promote(IMAGE, PROD, sick, reg, keys=trusted())
+    entry = promotion.promote(IMAGE, PROD, sick, reg, _ab(tmp_path / "ab"), keys=trusted())
     assert entry["new_warnings"].startswith("no new warning template against")
 
 
@@ -615,3 +704,141 @@ def test_a_non_production_profile_lists_a_new_template_and_promotes(tmp_path: Pa
     sick = write_report(tmp_path / "r", figures={"log_warnings": [*OLD, _tpl(NEW)]})
     entry = promotion.promote(IMAGE, "tiny/cpu", sick, reg, keys=trusted())
     assert entry["new_warnings"].startswith("1 new warning template(s) against")
+
+
+# -- one judgement, two entry points: `promote --check` judges what `vfleet promote` judges ---------------
+
+
+def _append(reg: Path, *lines: dict[str, Any], top: bool = False) -> None:
+    old = reg.read_text() if reg.exists() else ""
+    new = "".join(json.dumps(line) + "\n" for line in lines)
+    reg.write_text(new + old if top else old + new)
+
+
+def _check_refused(reg: Path, *words: str, cli: bool = False) -> str:
+    """`promote --check` of IMAGE on PROD refuses, naming each of ``words``; with ``cli`` the CLI the
+    rollout's preflight runs, too (exit 1, `not promoted:`)."""
+    with pytest.raises(VfleetError) as err:
+        promotion.promoted_entry(IMAGE, PROD, reg, keys=trusted())
+    for w in words:
+        assert w in str(err.value), str(err.value)
+    if not cli:
+        return str(err.value)
+    env = {k: v for k, v in os.environ.items() if k not in ENV_DROP}
+    proc = _vfleet("promote", "--check", IMAGE, "--profile", PROD, "--registry", str(reg),
+                   "--trusted-key", f"verify,ab={key_files()[1]}", cwd=reg.parent, env=env)  # fmt: skip
+    assert proc.returncode == 1 and "not promoted:" in proc.stdout, proc.stdout + proc.stderr
+    for w in words:
+        assert w in " ".join(proc.stdout.split()), proc.stdout
+    return str(err.value)
+
+
+def test_an_image_promote_refused_does_not_pass_check_however_the_registry_is_edited(tmp_path: Path) -> None:
+    """The image prints a warning the promoted one never did: `vfleet promote` refuses it, though its report
+    is signed and passing and a signed A/B shows it not worse. No registry line makes `promote --check` pass
+    it: a hand-written line (with or without a baseline), one naming another baseline, one inserted for
+    that other image above it, one saying "no baseline: first promotion", one moved to the top."""
+    reg = tmp_path / "promotions.jsonl"
+    base = _promote_baseline(tmp_path / "b", reg)
+    sick = write_report(tmp_path / "s", profile=PROD, source="container", figures={"log_warnings": [*OLD, _tpl(NEW)]})
+    ab = _ab(tmp_path / "ab")
+    with pytest.raises(VfleetError, match="1 new warning template"):
+        promotion.promote(IMAGE, PROD, sick, reg, ab, keys=trusted())
+    clean = reg.read_text()
+    real = json.loads(clean.splitlines()[0])
+    line = {**real, "image": IMAGE, "digest": DIGEST, "report": str(sick / "report.json"),
+            "attestation": str(sick / attestation.ATTESTATION), "ab_report": str(ab / "ab.json"),
+            "ab_baseline": BASE, "baseline": {"digest": BASE, "report": str(base / "report.json"),
+                                              "promoted_at": real["promoted_at"]}}  # fmt: skip
+    # A hand-written line, as `vfleet promote` would have written it, and one without a baseline.
+    _append(reg, line)
+    _check_refused(reg, "1 new warning template", NEW, cli=True)
+    reg.write_text(clean)
+    _append(reg, {k: v for k, v in line.items() if k not in ("baseline", "baseline_note")})
+    _check_refused(reg, "1 new warning template")
+    # Another image whose signed, passing report has the warning, named as the baseline: refused, the
+    # baseline is the image promoted before the line, and its line says so.
+    other = "sha256:" + "34" * 32
+    odir = write_report(tmp_path / "o", profile=PROD, digest=other, source="container",
+                        figures={"log_warnings": [*OLD, _tpl(NEW)]})  # fmt: skip
+    reg.write_text(clean)
+    _append(reg, {**line, "baseline": {"digest": other, "report": str(odir / "report.json"), "promoted_at": "x"}})
+    _check_refused(reg, f"the line says baseline {other}", f"the image promoted before it for its profile is {BASE}")
+    # A line for that image inserted above it: the new warning is no news against it, but a production
+    # promotion needs an A/B against the image promoted before, signed, and there is none.
+    reg.write_text(clean)
+    oline = {**real, "digest": other, "report": str(odir / "report.json"), "promoted_at": "2026-12-02T00:00:01"}
+    _append(reg, oline, {**line, "baseline": {**line["baseline"], "digest": other, "report": str(odir / "report.json"),
+                                               "promoted_at": oline["promoted_at"]}})  # fmt: skip
+    _check_refused(reg, f"arm A runs {BASE}, not the promoted {other}", f"A/B summary's baseline is not {other}")
+    # "No baseline: first promotion" below the promoted image: refused.
+    reg.write_text(clean)
+    _append(reg, {**line, "baseline": None, "baseline_note": "no baseline: first promotion"})
+    _check_refused(reg, "the line says 'no baseline: first promotion'", f"promoted before it for its profile is {BASE}")
+    # The same line moved to the top, above the image it was refused against: a first promotion comes
+    # before every other, and the promoted image was verified before this one.
+    reg.write_text(clean)
+    _append(reg, {**line, "baseline": None, "baseline_note": "no baseline: first promotion"}, top=True)
+    _check_refused(reg, "its line is the first of glm-5.3-flash/h200 in the registry", f"but {BASE}", "was verified at")
+    # The real promotion of a clean image against the same baseline passes the check, and says against what.
+    reg.write_text(clean)
+    fine = write_report(tmp_path / "f", profile=PROD, source="container", figures={"log_warnings": OLD})
+    promotion.promote(IMAGE, PROD, fine, reg, ab, keys=trusted())
+    found = promotion.checked_entry(IMAGE, PROD, reg, keys=trusted())
+    assert found.note.startswith(f"judged against {BASE}") and found.entry["report"] == str(fine / "report.json")
+
+
+def test_a_production_promotion_needs_a_signed_ab_and_the_first_says_it_has_no_baseline(tmp_path: Path) -> None:
+    """Every production profile sets verify.ab_not_worse. The first promotion of a profile has nothing to
+    compare against and says "no baseline: first promotion" (output, registry line, check); the next one
+    without a signed A/B summary against it is refused by `vfleet promote` and by `promote --check`."""
+    from vfleet.profiles import Catalog
+
+    prods = [p for p in Catalog().load_all() if p.production]
+    assert prods and all(p.verify.ab_not_worse for p in prods), [p.name for p in prods if not p.verify.ab_not_worse]
+    reg = tmp_path / "promotions.jsonl"
+    env = {k: v for k, v in os.environ.items() if k not in ENV_DROP}
+    trust = ("--trusted-key", f"verify,ab={key_files()[1]}")
+    first = write_report(tmp_path / "b", profile=PROD, digest=BASE, source="container", figures={"log_warnings": OLD})
+    base_ref = f"localhost:5000/vfleet-cpu@{BASE}"
+    proc = _vfleet("promote", base_ref, "--profile", PROD, "--report", str(first), "--registry", str(reg), *trust,
+                   cwd=tmp_path, env=env)  # fmt: skip
+    assert proc.returncode == 0 and "no baseline: first promotion" in proc.stdout, proc.stdout + proc.stderr
+    entry = json.loads(reg.read_text())
+    assert entry["baseline"] is None and entry["baseline_note"] == "no baseline: first promotion"
+    assert entry["ab_report"] is None and entry["ab_baseline"] is None
+    check = _vfleet("promote", "--check", base_ref, "--profile", PROD, "--registry", str(reg), *trust,
+                    cwd=tmp_path, env=env)  # fmt: skip
+    assert check.returncode == 0 and "no baseline: first promotion" in check.stdout, check.stdout + check.stderr
+    # The next image: no A/B at all, then an A/B without its signed summary: refused, nothing appended.
+    nxt = write_report(tmp_path / "n", profile=PROD, source="container", figures={"log_warnings": OLD})
+    lines = reg.read_text()
+    for ab_dir, words in ((tmp_path / "none", "ab.json: not a readable A/B report"),
+                          (_ab(tmp_path / "ab", sign_with=None), "no signed A/B summary (ab.dsse.json)")):  # fmt: skip
+        ab_dir.mkdir(exist_ok=True)
+        proc = _vfleet("promote", IMAGE, "--profile", PROD, "--report", str(nxt), "--registry", str(reg),
+                       "--ab-report", str(ab_dir), *trust, cwd=tmp_path, env=env)  # fmt: skip
+        out = " ".join(proc.stderr.split())
+        assert proc.returncode == 2 and "sets verify.ab_not_worse" in out and words in out, proc.stdout + proc.stderr
+        assert reg.read_text() == lines
+        # A line written by hand for it, naming that A/B: `promote --check` refuses it the same way.
+        said = {"digest": BASE, "report": str(first / "report.json"), "promoted_at": entry["promoted_at"]}
+        _append(reg, {**entry, "digest": DIGEST, "report": str(nxt / "report.json"),
+                      "ab_report": str(ab_dir / "ab.json"), "baseline": said})  # fmt: skip
+        _check_refused(reg, "its A/B report", str(ab_dir / "ab.json"), cli=words.startswith("no signed"))
+        reg.write_text(lines)
+
+
+def test_vfleet_check_refuses_a_production_profile_without_the_ab_gate(config_tree: Any, tmp_path: Path) -> None:
+    """`verify.ab_not_worse` is a production floor (rule production-ab-gate): `vfleet check` refuses a
+    production model that turns it off, naming the key and the fix, and no waiver lifts it."""
+    env = {k: v for k, v in os.environ.items() if k not in ENV_DROP}
+    ok = _vfleet("check", PROD, cwd=tmp_path, env=env)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    config_tree.edit("models/glm-5.3-flash/model.yaml", lambda d: d["verify"].update(ab_not_worse=False))
+    off = _vfleet("check", PROD, cwd=tmp_path, env=env)
+    out = " ".join((off.stdout + off.stderr).split())
+    assert off.returncode != 0 and "rule production-ab-gate: verify.ab_not_worse: is not true" in out, out
+    assert "set verify.ab_not_worse: true" in out, out
+    rules = _vfleet("check", "--rules", cwd=tmp_path, env=env)
+    assert "production-ab-gate" in rules.stdout, rules.stdout

@@ -47,7 +47,7 @@ def signing() -> dict[str, str]:
 
 def trusting() -> list[str]:
     """The `vfleet promote` arguments that trust the tests' controller key."""
-    return ["--trusted-key", str(key_files()[1])]
+    return ["--trusted-key", f"verify,ab={key_files()[1]}"]
 
 
 def vfleet(
@@ -286,7 +286,7 @@ def test_promote_needs_a_passing_report_for_the_digest(
     assert f"the signed summary is about {image_ref.split(':')[-1]}" in refused.stderr, refused.stderr
     assert not reg.exists()
     keyless = vfleet("promote", image_ref, "--profile", PROFILE, "--report", str(out), "--registry", str(reg),
-                     drop=("VFLEET_TRUSTED_KEYS",))  # fmt: skip
+                     drop=("VFLEET_TRUSTED_KEYS", "VFLEET_TRUSTED_KEYS_VERIFY"))  # fmt: skip
     assert keyless.returncode == 2 and "no trusted key" in keyless.stderr, keyless.stderr
     ok = vfleet("promote", image_ref, "--profile", PROFILE, "--report", str(out), "--registry", str(reg), *trusting())
     assert ok.returncode == 0, ok.stderr
@@ -362,18 +362,22 @@ def test_make_boot_verify_takes_the_key_from_the_env_file(healthy: VllmServer, t
 def test_skipped_log_and_gpu_checks_fail_a_production_profile(
     healthy: VllmServer, config_tree: Any, tmp_path: Path
 ) -> None:
-    """tiny/cpu made a production profile (which may not excuse log checks or GPU health), verified
+    """tiny/cpu made a production profile (which may not excuse log checks, GPU health or probes), verified
     without a log: the report fails, names each check that was not verified, and cannot promote."""
 
     def production(d: dict[str, Any]) -> None:
         d["production"] = True
         na = d["verify"].get("not_applicable") or {}
-        for key in ("test_gpu_health", "test_log[graph_mode]", "test_log[attention_backend]"):
+        for key in ("test_gpu_health", "test_log[graph_mode]", "test_log[attention_backend]", "test_probes"):
             na.pop(key, None)
         d["verify"].pop("gpu_health", None)
-        # A production profile carries a performance floor at every load level (docs/ab.md); 1 tok/s
-        # is far below what this server gives, so the load check passes and only the skips fail.
-        d["verify"].setdefault("load", {})["min_output_tok_per_s"] = {1: 1.0, 32: 1.0}
+        # The production floors (vfleet/profile_floors.py): a floor of 5 tok/s per stream at every load level
+        # (tiny/cpu gives C1 ~200 and C32 ~650+ here, so the load check passes), a probe (test_probes runs in
+        # production: the random weights fail it), a waiver that names its source.
+        d["verify"].setdefault("load", {})["min_output_tok_per_s"] = {1: 5.0, 32: 160.0}
+        d["verify"]["probes"] = [{"prompt": "What is 17 times 23? Only the number.", "expect": "391"}]
+        d["waivers"][0]["source"] = "docs/upstream.md"
+        d["verify"]["ab_not_worse"] = True  # rule production-ab-gate
 
     config_tree.edit("models/tiny/model.yaml", production)
     env = {"VLLM_API_KEY": API_KEY, "VF_TEST_KEY": API_KEY, "VFLEET_SERVE_CONFIGS": str(config_tree.root)}
@@ -385,7 +389,9 @@ def test_skipped_log_and_gpu_checks_fail_a_production_profile(
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout[-3000:]
     rep = json.loads((out / "report.json").read_text())
-    assert rep["passed"] is False and rep["counts"]["failed"] == 0, rep["counts"]
+    # The probe a production profile must list fails on random weights; every other check that ran passed.
+    assert rep["passed"] is False, rep["counts"]
+    assert [c["name"] for c in rep["checks"] if c["outcome"] == "failed"] == ["test_probes"], rep["counts"]
     assert sorted(u["id"] for u in rep["unexcused_skips"]) == sorted(
         ["test_gpu_health", *(f"test_log[{c}]" for c in LOG_CHECKS)]
     )

@@ -9,6 +9,7 @@ import json
 import os
 import secrets
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,11 @@ from vfleet.dockerd import ensure_dockerd
 from vfleet.errors import VfleetError
 from vfleet.fleet import inventory as fleet_inventory
 from vfleet.fleet.ansible import check_paths, forks_for, limit_hosts, role_defaults, run_playbook, with_controller
+from vfleet.fleet.mark import judge_json
 from vfleet.paths import home
 from vfleet.staging import Candidate, stage
 from vfleet.supply import default_store
-from vfleet.supply.store import trusted_key_paths
+from vfleet.supply.statements import normalized as trusted_specs
 from vfleet.testing import testfleet
 from vfleet.verify import attestation
 
@@ -88,12 +90,12 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
             gate = q.add_argument_group("supply chain (docs/supply-chain.md)")
             gate.add_argument(
                 "--trusted-key",
-                type=Path,
                 action="append",
                 default=[],
-                metavar="PUB",
-                help="public key whose signature the rollout's gate (status: the page's provenance column) trusts "
-                "(repeatable; default VFLEET_TRUSTED_KEYS)",
+                metavar="ROLE=PUB",
+                help="public key trusted for ROLE: provenance (the supply-chain gate; status: the page's provenance "
+                "column), verify and ab (the preflight's promotion check); several: provenance,verify=PUB "
+                "(repeatable; default VFLEET_TRUSTED_KEYS_<ROLE>)",
             )
             gate.add_argument(
                 "--supply-store", type=Path, help="supply store (default: VFLEET_SUPPLY_STORE or REPORTS/supply)"
@@ -155,6 +157,14 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
         sp.add_argument("--store", type=Path, help="supply store (default: VFLEET_SUPPLY_STORE or REPORTS/supply)")
     show = fs.add_parser("show", help="print a test fleet: nodes, addresses, registry, inventory")
     show.add_argument("--name", default="dev")
+    mark = fs.add_parser(
+        "mark",
+        help="whether hosts are nodes `vfleet fleet up` started (the check the playbooks run before the lock)",
+        description="Print {test_fleet, why} as JSON: whether every host named is a container of this "
+        "controller's docker labelled for its fleet (vfleet_fleet_name) and reached through it. Always exits 0.",
+    )
+    mark.add_argument("--claimed", action="store_true", help="the inventory's group vfleet_test_fleet holds every host")
+    mark.add_argument("--hosts", default="{}", metavar="JSON", help="{host: its variables} (connection and fleet)")
 
     lb = fs.add_parser("lb", help="set up the balancer (HAProxy on the vfleet_lb hosts, a server per node)")
     lb_where = lb.add_mutually_exclusive_group(required=True)
@@ -175,12 +185,17 @@ def _playbook(args: argparse.Namespace) -> int:
     extra = _extra(args.extra_var)
     inv = None
     if args.fleet_command in fleet_inventory.CHECKED:
-        # Issue 21: the test-fleet switches and non-production profiles, refused here on any inventory
-        # that is not a test fleet's (the playbooks refuse them again: docs/fleet.md).
+        # Issues 21 and 31: what the inventory and -e may set (the allow-list), the test-fleet switches on a
+        # fleet that is not one (checked through docker) and non-production profiles, refused here (the
+        # playbooks refuse them again: docs/fleet.md).
         check_paths(args.fleet_command, inventory)
         inv = fleet_inventory.read(inventory, args.vault_password_file)
         fleet_inventory.check(inv, extra, getattr(args, "allow_unsigned", False))
-    run_id = extra.setdefault("vfleet_run_id", new_run_id())
+    # The run id is this command's own, never a user's (-e vfleet_run_id is refused above).
+    run_id = extra["vfleet_run_id"] = new_run_id()
+    # The CLI's --trusted-key and --supply-store reach the playbooks here, never through -e; always set,
+    # so that no value left in the operator's environment stands in for them.
+    handed: dict[str, str] = {"VFLEET_FLEET_TRUSTED_KEYS": "[]", "VFLEET_FLEET_SUPPLY_STORE": ""}
     if getattr(args, "image", None):
         extra["vfleet_image"] = args.image
     if getattr(args, "batch_size", None):
@@ -194,13 +209,11 @@ def _playbook(args: argparse.Namespace) -> int:
     if getattr(args, "max_failed_nodes", None) is not None:
         extra["vfleet_max_failed_nodes"] = args.max_failed_nodes
     if getattr(args, "trusted_key", None):
-        missing = [str(p) for p in args.trusted_key if not p.is_file()]
-        if missing:
-            raise VfleetError(f"--trusted-key {', '.join(missing)}: no such file; name the public key (PEM) file")
+        specs = trusted_specs(args.trusted_key)
         if args.fleet_command in ("rollout", "rollback"):
-            extra["vfleet_node_trusted_keys"] = [str(p.resolve()) for p in args.trusted_key]
+            handed["VFLEET_FLEET_TRUSTED_KEYS"] = json.dumps(specs)
     if getattr(args, "supply_store", None) and args.fleet_command in ("rollout", "rollback"):
-        extra["vfleet_node_supply_store"] = str(args.supply_store.resolve())
+        handed["VFLEET_FLEET_SUPPLY_STORE"] = str(args.supply_store.resolve())
     if getattr(args, "allow_unsigned", False):
         extra["vfleet_node_allow_unsigned"] = True
     if getattr(args, "break_lock", False):
@@ -221,7 +234,10 @@ def _playbook(args: argparse.Namespace) -> int:
     os.environ["VFLEET_CONTROLLER_PID"] = str(os.getpid())
     if getattr(args, "html", None):  # the page must never show an earlier run's status
         Path(extra["vfleet_status_file"]).unlink(missing_ok=True)
-    proc = run_playbook(args.fleet_command, inventory, extra, limit, args.vault_password_file, forks=forks)
+    # The gates' keys and store go in the environment, which no -e reaches (ansible/roles/vfleet_node/vars/main.yml).
+    proc = run_playbook(
+        args.fleet_command, inventory, extra, limit, args.vault_password_file, forks=forks, env_vars=handed
+    )
     if inv is not None:
         _say_not_checked(inv, extra, args, run_id)
     if args.fleet_command == "status" and "vfleet_status_file" in extra:
@@ -229,7 +245,8 @@ def _playbook(args: argparse.Namespace) -> int:
     if getattr(args, "html", None):
         from vfleet.pages import fleet_html  # jinja2 is not in the images: only when a page is written
 
-        print(f"vfleet: fleet page {fleet_html.write(Path(extra['vfleet_status_file']), args.html.resolve())}")
+        written = fleet_html.write(Path(extra["vfleet_status_file"]), args.html.resolve(), _recheck(args.trusted_key))
+        print(f"vfleet: fleet page {written}")
     if proc.returncode != 0 and args.fleet_command in ("rollout", "rollback", "verify"):
         # A failed run leaves the fleet lock (Ansible runs no later play); release it if this run
         # holds it, then show where every node stands.
@@ -253,14 +270,23 @@ def _say_not_checked(
             print(f"NOT CHECKED: {line}")
 
 
-def _add_provenance(status_file: Path, key_paths: list[Path], store: Path | None) -> None:
+def _recheck(key_specs: list[str]) -> Callable[[Path], tuple[list[str], list[str]]]:
+    """The fleet page's recheck of a boot-verify report: its checks and its summary signed by a verify key."""
+    from vfleet.supply.statements import keyring  # cryptography: see _add_provenance
+    from vfleet.verify.standing import recheck
+
+    keys = keyring(key_specs or [])
+    return lambda d: recheck(d, keys)
+
+
+def _add_provenance(status_file: Path, key_specs: list[str], store: Path | None) -> None:
     """The provenance of what each node runs, checked as the rollout's gate checks it, written into the
     status JSON (which the fleet page reads). A status file the playbook did not write is left alone:
     the page says why it has no rows."""
     # cryptography and securesystemslib (supply.check, supply.provenance) are the controller's, not the
     # images': imported where used, so that the CLI starts in an image without them.
     from vfleet.supply.check import fleet_provenance
-    from vfleet.supply.provenance import load_public_key
+    from vfleet.supply.statements import keyring
 
     try:
         rows = json.loads(status_file.read_text())
@@ -268,7 +294,7 @@ def _add_provenance(status_file: Path, key_paths: list[Path], store: Path | None
         return
     if not isinstance(rows, list):
         return
-    keys = [load_public_key(p) for p in trusted_key_paths(key_paths)]
+    keys = keyring(key_specs)
     fleet_provenance([r for r in rows if isinstance(r, dict)], keys, store or default_store(), home())
     tmp = status_file.with_name(f".{status_file.name}.tmp")
     tmp.write_text(json.dumps(rows, indent=1))
@@ -321,6 +347,9 @@ def _docker_for_test_fleet(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cmd = args.fleet_command
+    if cmd == "mark":
+        print(judge_json(args.claimed, json.loads(args.hosts)).as_json())
+        return 0
     _docker_for_test_fleet(args)
     if cmd in ("rollout", "rollback", "verify", "status", "lb"):
         return _playbook(args)
@@ -341,7 +370,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"fleet {args.name}: removed {len(removed)} containers")
         return 0
     if cmd in ("push", "stage") and args.sign_key:
-        from vfleet.supply.provenance import load_private_key  # cryptography: see _add_provenance
+        from vfleet.supply.statements import load_private_key  # cryptography: see _add_provenance
 
         load_private_key(args.sign_key)  # a bad key fails before the push
     if cmd == "push":

@@ -138,9 +138,12 @@ def run_playbook(
     capture: bool = False,
     timeout: float | None = None,
     forks: int | None = None,
+    env_vars: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """ENV_VARS: what the CLI hands the roles beside the extra vars, where no -e and no inventory reaches
+    (the gates' trusted keys and supply store: ansible/roles/vfleet_node/vars/main.yml)."""
     argv = playbook_argv(playbook, inventory, extra_vars, limit, vault_password_file)
-    run_env = env()
+    run_env = {**env(), **(env_vars or {})}
     if forks is not None:
         run_env["ANSIBLE_FORKS"] = str(forks)
     return subprocess.run(

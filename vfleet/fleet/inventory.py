@@ -1,17 +1,17 @@
 """What `vfleet fleet rollout|rollback|verify` reads from the inventory before ansible-playbook starts
-(docs/fleet.md, "Test-fleet switches"): whether it is a test fleet's, the switches that turn a gate off,
-and the serve profiles of its nodes.
+(docs/fleet.md, "What a fleet may set" and "Test-fleet switches"): whether it is a test fleet's (every
+host a node `vfleet fleet up` started: vfleet/fleet/mark.py), the role inputs it and the command line
+set, and the serve profiles of its nodes.
 
-A switch (vfleet_node_allow_unsigned, vfleet_node_check_supply, ..., the table vfleet_node__switches in
-ansible/roles/vfleet_node/vars/main.yml, read from there) turns a gate of the rollout off. It is
-honoured only on a test fleet's inventory, one whose group vfleet_test_fleet holds every host: the mark
-`vfleet fleet up` writes. Every profile of any other inventory must be a production one. The CLI reads
-the inventory through `ansible-inventory --list`, so it sees the groups and variables ansible-playbook
-will see (YAML, INI, a directory with group_vars), and refuses here, naming the inventory and the
-variable; a switch on the command line (-e, --allow-unsigned) is refused on any other inventory even
-with the gate's own default value: the switches belong to the inventory. The playbooks check the
-same mark again from Ansible's `groups`, which no extra var overrides, so ansible-playbook run directly
-cannot be talked around it either (ansible/roles/vfleet_node/tasks/switches.yml, vfleet/tasks/guard.yml).
+The roles' tables, in ansible/roles/vfleet_node/vars/main.yml and read from there: vfleet_node__inputs,
+the allow-list of what a fleet may set (from the inventory, and where it says so from the command line);
+vfleet_node__switches, what only a test fleet may set (a switch turns a gate off, an override changes what
+it checks); vfleet_node__refused, names no inventory and no -e may set, each with why. Any other vfleet_
+variable is refused too, as a name the roles compute or as no input at all. The CLI reads the inventory
+through `ansible-inventory --list`, so it sees the groups and variables ansible-playbook will see (YAML,
+INI, a directory with group_vars), and refuses here, naming the variable and the inventory files that set
+it. The playbooks refuse the same again (ansible/roles/vfleet_node/tasks/inputs.yml, mark.yml and
+switches.yml, vfleet/tasks/guard.yml), so ansible-playbook run directly cannot be talked around it either.
 """
 
 from __future__ import annotations
@@ -26,12 +26,14 @@ from typing import Any
 
 from vfleet.errors import ProfileError, VfleetError
 from vfleet.fleet.ansible import ansible_dir, bin_dir, env, role_file
+from vfleet.fleet.mark import TEST_FLEET_GROUP, HostSpec, Mark, judge
 from vfleet.profiles import Catalog
 
-#: The test-fleet mark: an inventory group that holds every host of the inventory.
-TEST_FLEET_GROUP = "vfleet_test_fleet"
-#: The variable that was the mark before issue 21; any -e could set it, so it is refused on the command line.
-OLD_MARK = "vfleet_node_test_fleet"
+__all__ = ["TEST_FLEET_GROUP", "Inventory", "Mark", "check", "mark_of", "not_checked", "read", "refusals", "switches"]
+
+#: Where a role input comes from, as vfleet_node__inputs writes it.
+INVENTORY = "inventory"
+COMMAND_LINE = "command line"
 #: Names the roles compute or pass between them (set_fact, register, the playbooks' and task files' own
 #: vars): an extra var of one would stand in for a gate's input or result. ansible/roles/vfleet/tasks/
 #: guard.yml has the same pattern; tests/integration/test_fleet_switches.py checks that it covers every such name.
@@ -47,7 +49,8 @@ NODES = "vfleet_nodes"
 
 @dataclass(frozen=True)
 class Switch:
-    """One row of vfleet_node__switches: VALUE == skips_when ("nonempty": any non-empty list) turns GATE off."""
+    """One row of vfleet_node__switches: VALUE == skips_when ("nonempty": any non-empty list; "set": any
+    value at all, an override) turns GATE off or changes what it checks."""
 
     name: str
     gate: str
@@ -60,7 +63,7 @@ class Switch:
 
     def skips(self, value: Any) -> bool:
         """Whether VALUE turns the gate off; a template (which only Ansible can evaluate) counts as off."""
-        if _templated(value):
+        if _templated(value) or self.skips_when == "set":
             return True
         if self.skips_when == "nonempty":
             return bool(value)
@@ -78,15 +81,38 @@ def _truthy(value: Any) -> bool:
     return bool(value)
 
 
+def _table(name: str) -> dict[str, Any]:
+    table = role_file("vfleet_node", "vars").get(name)
+    if not isinstance(table, dict) or not table:
+        raise VfleetError(f"ansible/roles/vfleet_node/vars/main.yml: {name} is missing or empty")
+    return table
+
+
 def switches() -> dict[str, Switch]:
     """The switch table of the node role (its vars/main.yml), the one place it is written."""
-    table = role_file("vfleet_node", "vars").get("vfleet_node__switches")
-    if not isinstance(table, dict) or not table:
-        raise VfleetError("ansible/roles/vfleet_node/vars/main.yml: vfleet_node__switches is missing or empty")
     return {
         name: Switch(name, str(s["gate"]), s["skips_when"], str(s["why"]), tuple(s["playbooks"]))
-        for name, s in table.items()
+        for name, s in _table("vfleet_node__switches").items()
     }
+
+
+@dataclass(frozen=True)
+class Input:
+    """One row of the allow-list vfleet_node__inputs: a variable a fleet may set, from where, and why."""
+
+    name: str
+    sources: tuple[str, ...]
+    why: str
+
+
+def inputs() -> dict[str, Input]:
+    """The allow-list of role inputs (vfleet_node__inputs of the node role's vars/main.yml)."""
+    return {n: Input(n, tuple(r["from"]), str(r["why"])) for n, r in _table("vfleet_node__inputs").items()}
+
+
+def refused() -> dict[str, str]:
+    """Names no inventory and no -e may set, each with why and the fix (vfleet_node__refused)."""
+    return {n: str(why) for n, why in _table("vfleet_node__refused").items()}
 
 
 @dataclass(frozen=True)
@@ -103,7 +129,8 @@ class Inventory:
         return self.groups.get("all", frozenset())
 
     @property
-    def is_test_fleet(self) -> bool:
+    def claims_test_fleet(self) -> bool:
+        """Its group vfleet_test_fleet holds every host: the claim `vfleet fleet up` writes, not yet the mark."""
         marked = self.groups.get(TEST_FLEET_GROUP, frozenset())
         return bool(marked) and self.hosts <= marked
 
@@ -158,52 +185,94 @@ def read(path: Path, vault_password_file: Path | None = None) -> Inventory:
     return parse(path, listing)
 
 
+def mark_of(inv: Inventory) -> Mark:
+    """The test-fleet mark of INV as it is: the claim (the group) and every host a node of `vfleet fleet up`."""
+    return judge(inv.claims_test_fleet, [HostSpec.of(h, inv.hostvars[h]) for h in sorted(inv.hosts)])
+
+
 def _hosts(names: list[str], of: list[str]) -> str:
     return "" if sorted(names) == sorted(of) else f" (on {', '.join(sorted(names))})"
 
 
-def refusals(inv: Inventory, user_extra: dict[str, Any], allow_unsigned: bool = False) -> list[str]:
-    """What the command line and the inventory ask that this inventory may not have: test-fleet switches,
-    role-internal extra vars and the old mark on the command line; gates turned off in the inventory
-    of a fleet that is not a test fleet. Each names the variable and what to do."""
+def sources(path: Path, name: str) -> list[str]:
+    """The files of the inventory PATH (a file, or a directory with group_vars and host_vars) that write NAME;
+    the inventory itself when none can be told (a plugin, a vault)."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    pattern = re.compile(rf"(^|[\s{{,'\"]){re.escape(name)}['\"]?\s*[:=]", re.MULTILINE)
+    found = []
+    for f in files:
+        try:
+            if pattern.search(f.read_text(errors="replace")):
+                found.append(str(f))
+        except OSError:
+            continue
+    return found or [str(path)]
+
+
+def _why_refused(name: str, where: str, test_fleet: bool) -> str:
+    """Why NAME may not be set from WHERE (INVENTORY, COMMAND_LINE) on this inventory ('' when it may)."""
+    allowed = inputs()
+    if name in allowed:
+        if where in allowed[name].sources:
+            return ""
+        return f"may be set only from {' or '.join(allowed[name].sources)} ({allowed[name].why})"
+    if name in refused():
+        return refused()[name]
+    if name in switches():
+        return "" if test_fleet else "a test-fleet switch or override, refused on any other inventory; remove it"
+    if INTERNAL_RE.match(name):
+        # A test fleet may pass one to inject a fault the real thing cannot produce (tests/e2e).
+        return "" if test_fleet else "a name the roles compute (a gate's input or result); remove it"
+    if name.startswith("vfleet_"):
+        return "no input of the roles (a typo?): docs/fleet.md, What a fleet may set, lists them; remove it"
+    return ""
+
+
+def refusals(
+    inv: Inventory, user_extra: dict[str, Any], allow_unsigned: bool = False, mark: Mark | None = None
+) -> list[str]:
+    """What the command line and the inventory set that this inventory may not have, each naming the
+    variable (and the inventory files that set it) and what to do: a switch or override of a test fleet
+    on any other inventory, a refused name, a name the roles compute, a name that is no input, a value
+    from a place its row does not allow."""
+    mark = mark or mark_of(inv)
     table = switches()
     out: list[str] = []
-    if OLD_MARK in user_extra:
-        out.append(
-            f"-e {OLD_MARK}: the test-fleet mark is no variable (any -e could set one): it is the inventory "
-            f"group {TEST_FLEET_GROUP} holding every host, which `vfleet fleet up` writes; remove the -e"
-        )
-    if inv.is_test_fleet:
-        return out
     for name in sorted(user_extra):
-        if name in table:
+        if name in table and not mark.test_fleet:
             out.append(
                 f"-e {name}: a test-fleet switch ({table[name].gate} gate), refused on the command line for "
                 "an inventory that is not a test fleet's, whatever its value; remove it"
             )
-        elif INTERNAL_RE.match(name):
-            out.append(f"-e {name}: a name the roles compute (a gate's input or result); remove it")
-    if allow_unsigned:
+        elif why := _why_refused(name, COMMAND_LINE, mark.test_fleet):
+            out.append(f"-e {name}: {why}")
+    if allow_unsigned and not mark.test_fleet:
         out.append(
             "--allow-unsigned (vfleet_node_allow_unsigned): test fleets only; sign the image (`vfleet image sign "
-            "REF --key PRIV`, or `vfleet image build --sign-key`) and name its public key with --trusted-key PUB"
+            "REF --key PRIV`, or `vfleet image build --sign-key`) and name its public key with "
+            "--trusted-key provenance=PUB"
         )
     nodes = sorted(inv.hosts)
-    for name, sw in table.items():
-        on = [h for h in nodes if name in inv.hostvars[h] and sw.skips(inv.hostvars[h][name])]
-        if on:
-            out.append(
-                f"{name}: {inv.hostvars[on[0]][name]!r}{_hosts(on, nodes)} turns off the {sw.gate} gate "
-                f"({sw.why}); remove it from the inventory"
-            )
-    for name in sorted({k for h in nodes for k in inv.hostvars[h] if INTERNAL_RE.match(k)}):
-        out.append(f"{name}: set in the inventory, a name the roles compute (a gate's input or result); remove it")
+    for name in sorted({k for h in nodes for k in inv.hostvars[h] if k.startswith("vfleet_")}):
+        on = [h for h in nodes if name in inv.hostvars[h]]
+        where = f"in {', '.join(sources(inv.path, name))}{_hosts(on, nodes)}"
+        if name in table:
+            skipping = [h for h in on if table[name].skips(inv.hostvars[h][name])]
+            if skipping and not mark.test_fleet:
+                sw = table[name]
+                out.append(
+                    f"{name}: {inv.hostvars[skipping[0]][name]!r} {where} turns off the {sw.gate} gate "
+                    f"({sw.why}); remove it from the inventory"
+                )
+        elif why := _why_refused(name, INVENTORY, mark.test_fleet):
+            out.append(f"{name} {where}: {why}")
     return out
 
 
-def production_problems(inv: Inventory, user_extra: dict[str, Any]) -> list[str]:
+def production_problems(inv: Inventory, user_extra: dict[str, Any], mark: Mark | None = None) -> list[str]:
     """Every serve profile of the inventory's nodes must be a production one unless the inventory is a
     test fleet's (issue 21): a profile that is not may excuse the log checks and GPU health."""
+    test_fleet = (mark or mark_of(inv)).test_fleet
     by_profile: dict[str, list[str]] = {}
     for host in sorted(inv.hosts):
         profile = user_extra.get("vfleet_node_profile", inv.hostvars[host].get("vfleet_node_profile"))
@@ -223,7 +292,7 @@ def production_problems(inv: Inventory, user_extra: dict[str, Any]) -> list[str]
         except ProfileError as exc:
             out.append(f"{where}: {exc}")
             continue
-        if not prof.production and not inv.is_test_fleet:
+        if not prof.production and not test_fleet:
             out.append(
                 f"{where}: not a production profile (production: false in serve_configs/models/{prof.model}/"
                 "model.yaml), and only a test fleet's inventory may serve one; serve a production profile on "
@@ -232,17 +301,18 @@ def production_problems(inv: Inventory, user_extra: dict[str, Any]) -> list[str]
     return out
 
 
-def check(inv: Inventory, user_extra: dict[str, Any], allow_unsigned: bool = False) -> None:
-    """Refuse the run, naming the inventory and every variable at fault, before ansible-playbook starts."""
-    problems = refusals(inv, user_extra, allow_unsigned) + production_problems(inv, user_extra)
+def check(inv: Inventory, user_extra: dict[str, Any], allow_unsigned: bool = False, mark: Mark | None = None) -> Mark:
+    """Refuse the run, naming the inventory, why it is or is not a test fleet's, and every variable at
+    fault, before ansible-playbook starts. Returns the mark it judged."""
+    mark = mark or mark_of(inv)
+    problems = refusals(inv, user_extra, allow_unsigned, mark) + production_problems(inv, user_extra, mark)
     if problems:
-        mark = "it is a test fleet's"
-        if not inv.is_test_fleet:
-            mark = f"it is not a test fleet's: no group {TEST_FLEET_GROUP} holds every host, the mark "
-            mark += "`vfleet fleet up` writes"
+        state = "it is a test fleet's" if mark.test_fleet else "it is not a test fleet's"
         raise VfleetError(
-            f"inventory {inv.path} ({mark}): refused before ansible-playbook starts:\n  " + "\n  ".join(problems)
+            f"inventory {inv.path} ({state}: {mark.why}): refused before ansible-playbook starts:\n  "
+            + "\n  ".join(problems)
         )
+    return mark
 
 
 def not_checked(inv: Inventory, extra: dict[str, Any], playbook: str, targets: str = NODES) -> list[str]:

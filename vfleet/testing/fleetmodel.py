@@ -14,12 +14,14 @@ from typing import Any
 import httpx
 
 from vfleet.errors import VfleetError
+from vfleet.fleet.mark import FLEET_LABEL
 from vfleet.testing.docker import docker
 from vfleet.testing.images import cache_dir
 from vfleet.testing.registrylog import RegistryRequest
 from vfleet.verify.client import status_of
 
-LABEL = "org.vfleet.fleet"
+#: The label of every container of a fleet (its value the fleet's name): vfleet.fleet.mark's, which checks it.
+LABEL = FLEET_LABEL
 #: The balancer's frontend port on the fleet network.
 LB_PORT = 8000
 

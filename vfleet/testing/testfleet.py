@@ -6,15 +6,18 @@ removed by that label.
 The registry is published on the controller's loopback (the controller's dockerd treats 127.0.0.1
 registries as insecure, so no daemon config changes), and the nodes pull from its address on the
 fleet network (their dockerd starts with --insecure-registry for it). The same repository and tag,
-seen from two addresses, is the same manifest and digest. Each node's dockerd also listens on TCP
-2375 of the fleet network, so the controller's docker CLI reaches it (DOCKER_HOST) the way it reaches
-a production node over SSH. The balancer is configured by the project's own `lb.yml` playbook.
+seen from two addresses, is the same manifest and digest. Those addresses serve plain http: starting or
+loading a fleet declares them insecure to the controller's vfleet (declare_insecure), the supported way.
+Each node's dockerd also listens on TCP 2375 of the fleet network, so the controller's docker CLI reaches
+it (DOCKER_HOST) the way it reaches a production node over SSH. The balancer is configured by the
+project's own `lb.yml` playbook.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import sys
 from pathlib import Path
@@ -24,9 +27,10 @@ import yaml
 
 from vfleet.errors import VfleetError
 from vfleet.fleet.ansible import run_playbook
-from vfleet.fleet.inventory import TEST_FLEET_GROUP
+from vfleet.fleet.mark import BALANCER_ROLE, MANAGED_LABEL, NODE_ROLE, ROLE_LABEL, TEST_FLEET_GROUP
 from vfleet.testing.docker import docker, ids_by_label
-from vfleet.testing.fleetmodel import LABEL, LB_PORT, Fleet, Node, load, state_dir
+from vfleet.testing.fleetmodel import LABEL, LB_PORT, Fleet, Node, state_dir
+from vfleet.testing.fleetmodel import load as load_model
 from vfleet.testing.images import NODE_IMAGE, build_node_image
 from vfleet.testing.registrylog import RegistryRequest
 from vfleet.waiting import wait_until
@@ -43,6 +47,7 @@ __all__ = [
     "Fleet",
     "Node",
     "RegistryRequest",
+    "declare_insecure",
     "down",
     "load",
     "setup_balancer",
@@ -95,6 +100,23 @@ STANDIN_FAST: dict[str, Any] = {
     "vfleet_lb_drain_timeout_s": 5,
     "vfleet_lb_dead_after_s": 3,
 }
+
+
+def declare_insecure(fleet: Fleet) -> None:
+    """The fleet's registry and mirror serve plain http: declare them insecure registries to this process's
+    vfleet and what it starts (VFLEET_INSECURE_REGISTRIES, added to what is set), as the nodes' dockerd
+    declares them with --insecure-registry. Nothing else is asked over http (vfleet.supply.registry)."""
+    have = [e for e in re.split(r"[,\s]+", os.environ.get("VFLEET_INSECURE_REGISTRIES", "")) if e]
+    add = [a for a in (fleet.registry_addr, fleet.mirror_addr) if a and a not in have]
+    if add:
+        os.environ["VFLEET_INSECURE_REGISTRIES"] = ",".join([*have, *add])
+
+
+def load(name: str) -> Fleet:
+    """The test fleet NAME (`vfleet fleet up`), its registry declared insecure (declare_insecure)."""
+    fleet = load_model(name)
+    declare_insecure(fleet)
+    return fleet
 
 
 def _network(name: str, labels: list[str]) -> tuple[str, str]:
@@ -155,8 +177,9 @@ def write_inventory(
                     "vars": {**docker_conn, "vfleet_node_min_free_gb": 1, **key_var, **(extra_vars or {})},
                     "children": {group: {"vars": {"vfleet_node_profile": profile}, "hosts": hosts}},
                 },
-                # The test-fleet mark (docs/fleet.md, "Test-fleet switches"): a group holding every host.
-                # Only here may a switch turn a gate off, or a profile that is not production serve.
+                # The test-fleet claim (docs/fleet.md, "Test-fleet switches"): a group holding every host. The
+                # mark is that claim and every host a container labelled above, checked through docker before
+                # each run: only then may a switch turn a gate off, or a profile that is not production serve.
                 TEST_FLEET_GROUP: {"children": {"vfleet_lb": {}, "vfleet_nodes": {}}},
             },
         }
@@ -189,7 +212,8 @@ def up(
     if ids_by_label("container", f"{LABEL}={name}"):
         raise VfleetError(f"test fleet {name!r} already exists: `vfleet fleet down --name {name}` first")
     build_node_image()
-    labels = ["--label", "org.vfleet.managed=true", "--label", f"{LABEL}={name}"]
+    # The labels the test-fleet mark checks (vfleet/fleet/mark.py): a switch is honoured only on nodes so labelled.
+    labels = ["--label", f"{MANAGED_LABEL}=true", "--label", f"{LABEL}={name}"]
     try:
         net, subnet = _network(name, labels)
         prefix = subnet.rsplit(".", 1)[0]
@@ -201,7 +225,7 @@ def up(
             reg,
             *labels,
             "--label",
-            "org.vfleet.role=registry",
+            f"{ROLE_LABEL}=registry",
             "--network",
             net,
             "--ip",
@@ -229,7 +253,7 @@ def up(
             "lb",
             *labels,
             "--label",
-            "org.vfleet.role=balancer",
+            f"{ROLE_LABEL}={BALANCER_ROLE}",
             "--network",
             net,
             "--ip",
@@ -260,7 +284,7 @@ def up(
                 fleet.mirror,
                 *labels,
                 "--label",
-                "org.vfleet.role=registry-mirror",
+                f"{ROLE_LABEL}=registry-mirror",
                 "--network",
                 net,
                 "--ip",
@@ -292,7 +316,7 @@ def up(
                 f"node{i}",
                 *labels,
                 "--label",
-                "org.vfleet.role=fleet-node",
+                f"{ROLE_LABEL}={NODE_ROLE}",
                 "--network",
                 net,
                 "--ip",
@@ -314,6 +338,7 @@ def up(
                 f.write(f"vf-{secrets.token_hex(16)}")
         write_inventory(fleet, profile, group)
         setup_balancer(fleet)
+        declare_insecure(fleet)
         return fleet
     except BaseException:
         down(name)

@@ -14,7 +14,10 @@ from vfleet import settings
 #: VFLEET_* names in the code that are not settings of a running vfleet (docs/settings.md says why).
 NOT_SETTINGS = {
     "VFLEET_BOOT_VERIFIED",  # the verification level of a signed boot-verify summary
-    "VFLEET_CONTROLLER_PID",  # set by `vfleet fleet` for the lock holder's record (Ansible reads it)
+    "VFLEET_CONTROLLER_PID",
+    # set by `vfleet fleet` for ansible-playbook from --trusted-key and --supply-store (the role reads them)
+    "VFLEET_FLEET_SUPPLY_STORE",
+    "VFLEET_FLEET_TRUSTED_KEYS",  # set by `vfleet fleet` for the lock holder's record (Ansible reads it)
     "VFLEET_VERSION",  # a build argument of the images
     "VFLEET_VERIFY_TREE",  # set by `vfleet patches status` for the Verified-By tests it runs (tests read it)
 }
