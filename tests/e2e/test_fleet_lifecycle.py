@@ -325,7 +325,7 @@ def _fleet_page(life: Lifecycle, step: str) -> tuple[str, list[dict[str, Any]]]:
         "--html",
         str(out),
         "--trusted-key",
-        f"provenance={life.trusted}",
+        f"provenance,verify={life.trusted}",  # the provenance column, and the signed boot-verify summaries
         "--supply-store",
         str(life.store),
         verbose=True,

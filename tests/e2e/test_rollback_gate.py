@@ -91,7 +91,7 @@ def test_a_rollback_to_an_unpromoted_previous_image_is_refused(tmp_path: Path) -
     out = _rollback(tmp_path, _node(tmp_path, _record(gate=None)))
     assert f"rollback to {PREVIOUS} through the gates of a rollout" in out, out[-3000:]
     assert "NOT CHECKED: promotion" not in out
-    assert f"not promoted: {PREVIOUS}" in out or "not promoted" in out, out[-3000:]
+    assert f"not promoted: {PREVIOUS}" in out or "not promoted:" in out, out[-3000:]
 
 
 def test_a_named_rollback_image_passes_the_promotion_and_supply_gates(tmp_path: Path) -> None:
@@ -99,7 +99,7 @@ def test_a_named_rollback_image_passes_the_promotion_and_supply_gates(tmp_path: 
     out = _rollback(tmp_path, _node(tmp_path, _record(gate={"promotion": "checked"})), "--image", NAMED)
     assert f"rollback to {NAMED} through the gates of a rollout" in out, out[-3000:]
     assert "NOT CHECKED: promotion" not in out
-    assert "not promoted" in out, out[-3000:]
+    assert "not promoted:" in out, out[-3000:]
 
 
 def test_an_emergency_rollback_skips_only_the_promotion_lookup_and_says_so(tmp_path: Path) -> None:
@@ -164,13 +164,13 @@ def test_a_rollback_across_a_profile_change_is_judged_by_the_release_the_image_w
 
     out = _rollback(tmp_path, inv, *keys, env=env)
     assert f"release data of {PREVIOUS} from its snapshot {tmp_path}/releases/" in out, out[-3000:]
-    assert "not promoted" not in out, out[-3000:]
+    assert "not promoted for profile" not in out, out[-3000:]
     assert f"NOT verified {PREVIOUS}: digest:" in out, out[-3000:]  # the supply gate ran next, and stopped it
 
     shutil.rmtree(tmp_path / "releases")
     out = _rollback(tmp_path, inv, *keys, env=env)
     assert f"no release snapshot of {PREVIOUS}" in out, out[-3000:]
-    assert "not promoted" in out and "the profiles changed since" in out, out[-3000:]
+    assert "not promoted for profile" in out and "the profiles changed since" in out, out[-3000:]
 
 
 def test_a_run_by_tag_resolves_it_once_and_every_gate_uses_the_digest(tmp_path: Path) -> None:
@@ -235,7 +235,8 @@ def test_a_rollout_refuses_an_image_of_a_base_the_checkout_does_not_know(tmp_pat
         signed_record(tmp_path, _summarise({"service": "pypi"}, CLEAN), "0.34.0", ident=ident)
         argv = [sys.executable, "-m", "vfleet", "fleet", "rollout", "--inventory", str(inv), "--image", ref,
                 "--supply-store", str(tmp_path / "store"), *keys]  # fmt: skip
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+        env = {**os.environ, "VFLEET_PROMOTIONS": str(tmp_path / "promotions.jsonl")}  # where it was promoted
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False, env=env)
         out = " ".join((proc.stdout + proc.stderr).split())
         # The gate passes it; the run stops later, at the node's preflight or pull (the served registry has a
         # manifest and no layers), which is not this test's subject.

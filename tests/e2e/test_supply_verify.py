@@ -312,5 +312,5 @@ def _fleet_page_provenance(signed: dict[str, Any], store: Path, by_digest: str, 
     }
     # No trusted key: nothing is green.
     rows = [{**base, "node": "n", "image": by_digest}]
-    fleet_provenance(rows, [], store, ROOT)
+    fleet_provenance(rows, statements.Keyring(), store, ROOT)
     assert rows[0]["provenance"]["status"] == "unknown" and "no trusted key" in rows[0]["provenance"]["detail"]

@@ -28,7 +28,7 @@ REFUSED = fleet_inventory.refused()
 #: Variables of the playbooks themselves (no role default): the image, the status file, the fleet's name.
 PLAYBOOK_INPUTS = {"vfleet_image", "vfleet_status_file", "vfleet_fleet_name"}
 #: A stand-in for the command behind every gate: it passes anything.
-STAND_IN = ["sh", "-c", "echo '{\"verified\": true, \"image_id\": \"sha256:00\"}'"]
+STAND_IN = ["sh", "-c", 'echo \'{"verified": true, "image_id": "sha256:00"}\'']
 
 
 def _defaults() -> set[str]:

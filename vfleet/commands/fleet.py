@@ -270,7 +270,7 @@ def _say_not_checked(
             print(f"NOT CHECKED: {line}")
 
 
-def _recheck(key_specs: list[str]) -> Callable[[Path], tuple[list[str], list[str]]]:
+def _recheck(key_specs: list[str]) -> Callable[[Path], tuple[list[str], list[str], bool]]:
     """The fleet page's recheck of a boot-verify report: its checks and its summary signed by a verify key."""
     from vfleet.supply.statements import keyring  # cryptography: see _add_provenance
     from vfleet.verify.standing import recheck

@@ -59,7 +59,9 @@ ENV = html.environment({NAME: TEMPLATE})
 
 #: Why the report in a directory is not a PASS: (by its checks, by its signed summary), recomputed
 #: (vfleet.verify.standing.recheck with the trusted keys; the command that writes the page hands it over).
-Recheck = Callable[[Path], tuple[list[str], list[str]]]
+#: A report directory -> (why its checks fail, why its signed summary does not show a pass, whether there was
+#: no summary to check at all): vfleet.verify.standing.recheck, handed down by the command.
+Recheck = Callable[[Path], tuple[list[str], list[str], bool]]
 NOT_RECHECKED = (
     "report.json says PASS, but its checks and its signed summary were not rechecked (the page was written "
     "without them); `vfleet fleet status --html FILE --trusted-key verify=PUB` rechecks both"
@@ -258,12 +260,16 @@ def _standing(stored: Cell, d: Path, recheck: Recheck | None) -> Cell:
     signed a PASSED summary of it; the stored verdict otherwise only where it is no PASS."""
     if recheck is None:
         return html.unknown(NOT_RECHECKED, "PASS?") if stored.state == "ok" else stored
-    checks, signature = recheck(d)
+    checks, signature, unsigned = recheck(d)
     said = f" (report.json says {stored.text})" if stored.state == "ok" else ""
     if checks:
         return Cell("FAIL", "bad", f"recomputed from its checks: {'; '.join(checks)}{said}")
     if stored.state != "ok":
         return stored
+    if signature and unsigned:
+        # Nothing to check the stored PASS against (a run that signed nothing, or no verify-role key
+        # declared): not green, and no failure either.
+        return html.unknown(f"its checks pass, but {'; '.join(signature)}{said}", "PASS (unsigned)")
     if signature:
         return Cell("NOT VERIFIED", "bad", f"its checks pass, but {'; '.join(signature)}{said}")
     return stored

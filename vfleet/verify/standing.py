@@ -21,10 +21,13 @@ from vfleet.verify.model import Report, verdict_problems
 
 
 class Standing(NamedTuple):
-    """Why a report is not a PASS: by its checks (``checks``), and by its signed summary (``signature``)."""
+    """Why a report is not a PASS: by its checks (``checks``), and by its signed summary (``signature``);
+    ``unsigned``: the summary could not be checked at all (none beside the report, or no verify-role key),
+    which says nothing either way, unlike a summary that does not verify."""
 
     checks: list[str]
     signature: list[str]
+    unsigned: bool = False
 
 
 def recheck(report_dir: Path, keys: Keyring) -> Standing:
@@ -35,7 +38,8 @@ def recheck(report_dir: Path, keys: Keyring) -> Standing:
     except VfleetError as exc:
         return Standing([str(exc)], [])
     checks = verdict_problems(rep.checks, rep.pytest_exitstatus, rep.not_applicable)
-    return Standing(checks, summary_problems(path, keys))
+    unsigned = not keys.of(VERIFY) or not (path.parent / ATTESTATION).is_file()
+    return Standing(checks, summary_problems(path, keys), unsigned)
 
 
 def summary_problems(report: Path, keys: Keyring) -> list[str]:
