@@ -32,10 +32,11 @@ from vfleet.supply import statements
 from vfleet.supply.statements import VERIFY, Keyring
 from vfleet.supply.store import SupplyError
 from vfleet.verify import attestation, logtemplates
+from vfleet.verify.answers.verdict import NO_BASELINE
 from vfleet.verify.model import SCHEMA, Report
 
-#: What a promotion with no image promoted before it for its profile says, in its output and its line.
-NO_BASELINE = "no baseline: first promotion"
+#: What a promotion with no image promoted before it for its profile says, in its output and its line, is
+#: NO_BASELINE, imported from the answers gate's verdict (the lowest module that says it).
 
 #: A baseline's signed summary is checked for who signed it and what it covers, not for its age: the
 #: templates of an image promoted long ago are still what that image printed.

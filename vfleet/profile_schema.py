@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vfleet import checkids as checks
+from vfleet.profile_answers import AnswersSpec
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -183,6 +184,9 @@ class Verify(Strict):
     #: new image (arm B) against the image promoted last for this profile (arm A), complete, every metric
     #: shown not worse within the margin (non-inferiority; inconclusive is no pass); the promotion names it.
     ab_not_worse: bool = False
+    #: The answers gate (docs/answers.md): a question set asked greedily and a reference text's log-probabilities,
+    #: judged against the last promoted run of the profile. None: the profile does not run it.
+    answers: AnswersSpec | None = None
     #: `vfleet promote` and the rollout's `promote --check` refuse a boot-verify whose signed time
     #: (the attestation's timeVerified) is older than this: a stale pass says nothing about what the
     #: image does against today's hosts, drivers and model files, so it is verified again.

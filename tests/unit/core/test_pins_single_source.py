@@ -202,6 +202,8 @@ def test_no_copy_of_a_pin_in_code() -> None:
     for base in PINS.bases.values():
         values |= {base.version} | {w.filename for w in base.wheels.values()} | {w.sha256 for w in base.wheels.values()}
         values |= {b.ref for b in base.base_images.values()} | {b.tag for b in base.base_images.values()}
+    models = json.loads((REPO / "versions.json").read_text()).get("models", {})
+    values |= {str(m[k]) for m in models.values() if isinstance(m, dict) for k in ("filename", "sha256", "gguf")}
     found = [
         f"{path.relative_to(REPO)}:{n}: {value}"
         for path in sorted((REPO / "vfleet").rglob("*.py"))
