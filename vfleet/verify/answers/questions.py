@@ -18,7 +18,7 @@ from vfleet.errors import VfleetError
 
 ROOM = Path(__file__).resolve().parent
 SETS = ROOM / "sets"
-REFERENCES = ROOM / "reference"
+PROSE_DIR = ROOM / "reference"
 #: The scoring rule the sets of this version of vfleet are written for (vfleet.verify.answers.scoring).
 SCORING = "normalized-match-v1"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
@@ -139,7 +139,7 @@ def load_reference(name: str = "reference-v1") -> tuple[str, str]:
     """(text, sha256 of its bytes) of the reference text NAME in this room's reference/ folder."""
     if not NAME_RE.match(name):
         raise SetError(f"reference text name {name!r} is not a plain name such as reference-v1")
-    path = REFERENCES / f"{name}.txt"
+    path = PROSE_DIR / f"{name}.txt"
     if not path.is_file():
         raise SetError(f"reference text {name!r}: no file {path}")
     raw = path.read_bytes()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vfleet.verify.answers.questions import REFERENCES, SETS, SetError, load_reference, load_set, parse_set, set_path
+from vfleet.verify.answers.questions import PROSE_DIR, SETS, SetError, load_reference, load_set, parse_set, set_path
 from vfleet.verify.answers.scoring import RULE, normalize, score
 
 SET_NAMES = sorted(p.stem for p in SETS.glob("*.jsonl"))
@@ -57,7 +57,7 @@ def test_every_set_has_its_recorded_sha256() -> None:
 
 def test_the_reference_text_is_a_few_thousand_tokens_of_plain_prose() -> None:
     text, sha = load_reference("reference-v1")
-    assert sha == hashlib.sha256((REFERENCES / "reference-v1.txt").read_bytes()).hexdigest()
+    assert sha == hashlib.sha256((PROSE_DIR / "reference-v1.txt").read_bytes()).hexdigest()
     assert len(text.split()) >= 1800  # about 2,400 tokens of SmolLM2's tokenizer
     assert text.isascii()
 
