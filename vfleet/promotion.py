@@ -175,8 +175,6 @@ def find_report(g: Gate, report_dir: Path | None) -> tuple[Path, Report]:
 
 
 AB_REPORT = "ab.json"
-#: What an A/B report must show, recomputed (vfleet.ab.gate), by the name the A/B tests use.
-ab_problems = ab_gate.promotion_problems
 
 
 def find_ab_report(baseline: str, digest: str, profile: str, ab_report: Path | None, keys: Keyring) -> Path:

@@ -413,27 +413,26 @@ def test_promotion_recomputes_the_verdict_from_the_rounds(
 ) -> None:
     """An ab.json whose stored verdicts and intervals were edited to pass is refused: the gate recomputes
     non-inferiority from the per-round figures. An A/A report, or one of the same image twice, is refused."""
-    from vfleet import promotion
 
     old, new = "sha256:" + "11" * 32, "sha256:" + "22" * 32
     path = _ab_report(tmp_path, "noisy", old, new, effect=0.85, noise=0.15) / "ab.json"
     rep = json.loads(path.read_text())
-    assert promotion.ab_problems(rep, old, new, PROFILE)
+    assert ab_gate.promotion_problems(rep, old, new, PROFILE)
     for c in rep["comparisons"]:
         c.update(verdict="better", not_worse=True, low=1.0, high=1.01, ratio=1.005)
     rep.update(not_worse=True, verdicts={k: "better" for k in rep["verdicts"]})
-    why = promotion.ab_problems(rep, old, new, PROFILE)
+    why = ab_gate.promotion_problems(rep, old, new, PROFILE)
     assert any("not shown not worse" in w for w in why), why
     fine = json.loads((_ab_report(tmp_path, "fine", old, new, effect=1.0) / "ab.json").read_text())
-    assert promotion.ab_problems(fine, old, new, PROFILE) == []
+    assert ab_gate.promotion_problems(fine, old, new, PROFILE) == []
     same = json.loads((_ab_report(tmp_path, "same", new, new, effect=1.0) / "ab.json").read_text())
-    assert any("both arms run" in w for w in promotion.ab_problems(same, new, new, PROFILE))
+    assert any("both arms run" in w for w in ab_gate.promotion_problems(same, new, new, PROFILE))
     aa = dict(fine, mode="A/A")
-    assert "mode A/A" in promotion.ab_problems(aa, old, new, PROFILE)
+    assert "mode A/A" in ab_gate.promotion_problems(aa, old, new, PROFILE)
     plain = dict(fine, promotion=False)
-    assert any("not a promotion run" in w for w in promotion.ab_problems(plain, old, new, PROFILE))
+    assert any("not a promotion run" in w for w in ab_gate.promotion_problems(plain, old, new, PROFILE))
     fewer = dict(fine, comparisons=[c for c in fine["comparisons"] if c["level"] != 32])
-    assert any("@C32: no comparison" in w for w in promotion.ab_problems(fewer, old, new, PROFILE))
+    assert any("@C32: no comparison" in w for w in ab_gate.promotion_problems(fewer, old, new, PROFILE))
 
 
 def test_promote_without_the_profile_setting_needs_no_ab_report(
