@@ -289,16 +289,16 @@ def test_committed_files_are_generated() -> None:
 def test_prefix_cache_alert_follows_the_profiles(config_tree: ConfigTree) -> None:
     """Turning prefix caching off in a profile takes its model out of the prefix-cache alert, so the
     committed rules are then out of date (`vfleet alerts --check` fails)."""
-    assert Fleet.from_profiles().prefix_cached == ["glm-5.3-flash", "tiny"]
+    assert Fleet.from_profiles().prefix_cached == ["glm-5.3-flash", "smollm2-135m", "tiny"]
     rules = RULES.read_text()
-    assert 'model_name=~"glm-5\\\\.3-flash|tiny"' in rules
+    assert 'model_name=~"glm-5\\\\.3-flash|smollm2-135m|tiny"' in rules
 
     def off(d: dict[str, Any]) -> None:
         d["vllm"]["enable-prefix-caching"] = False
 
     config_tree.edit("models/glm-5.3-flash/model.yaml", off)
     fleet = Fleet.from_profiles()
-    assert fleet.prefix_cached == ["tiny"]
+    assert fleet.prefix_cached == ["smollm2-135m", "tiny"]
     assert monitoring.render_rules(fleet) != rules
     proc = subprocess.run(
         [sys.executable, "-m", "vfleet", "alerts", "--check"], capture_output=True, text=True, check=False
@@ -330,7 +330,7 @@ def test_custom_buckets_off_an_alert_bound_are_refused(config_tree: ConfigTree) 
     assert "FAIL glm-5.3-flash/" in proc.stderr, proc.stderr
     assert "  vllm.custom-histogram-buckets.time_to_first_token has no edge at 10 s" in proc.stderr, proc.stderr
     config_tree.edit("models/glm-5.3-flash/model.yaml", edges([0.5, 1.0, 5.0, 10.0, 20.0]))
-    assert Fleet.from_profiles().prefix_cached == ["glm-5.3-flash", "tiny"]
+    assert Fleet.from_profiles().prefix_cached == ["glm-5.3-flash", "smollm2-135m", "tiny"]
     proc = subprocess.run([sys.executable, "-m", "vfleet", "check"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # the command line's form, a JSON object, is read too; text that is neither is refused, not skipped
