@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from vfleet.verify.answers.figure import measure, problems
 from vfleet.verify.target import Target
 
 
@@ -26,3 +27,15 @@ def test_probes(target: Target, figures: dict[str, Any]) -> None:
             )
     figures["probes"] = seen
     assert not bad, "probe answers wrong:\n  " + "\n  ".join(bad)
+
+
+def test_answers(target: Target, figures: dict[str, Any]) -> None:
+    """The profile's question set asked greedily, and the reference text's log-probabilities read; both land
+    in the report for promotion to compare with the promoted build (docs/answers.md)."""
+    spec = target.profile.verify.answers
+    if spec is None:
+        pytest.skip("the profile sets no verify.answers (a random-weight model has no right answers)")
+    fig = measure(target.client, spec)
+    figures["answers"] = fig
+    bad = problems(fig, spec)
+    assert not bad, "; ".join(bad)

@@ -32,6 +32,8 @@ from vfleet.supply import statements
 from vfleet.supply.statements import VERIFY, Keyring
 from vfleet.supply.store import SupplyError
 from vfleet.verify import attestation, logtemplates
+from vfleet.verify.answers import gate as answers_gate
+from vfleet.verify.answers.figure import AnswersFigure
 from vfleet.verify.answers.verdict import NO_BASELINE
 from vfleet.verify.model import SCHEMA, Report
 
@@ -242,3 +244,35 @@ def warning_problems(prof: Profile, rep: Report, base: Baseline | None) -> tuple
             'pattern, the reason and its source (docs/boot-verify.md, "New warnings")'
         ], cmp.note
     return [], cmp.note
+
+
+def answers_judgement(prof: Profile, rep: Report, base: Baseline | None) -> answers_gate.Judgement:
+    """The answers gate (docs/answers.md) of ``rep`` against the run of ``base``'s signed report (None: the
+    profile's first promotion). A baseline report that cannot be read stops the promotion, named."""
+    spec = prof.verify.answers
+    if spec is None:
+        return answers_gate.judgement(None, None, None, "")
+    if base is None:
+        return answers_gate.judgement(spec, rep.figures.answers, None, "")
+    try:
+        base_fig = load_report(base.report).figures.answers
+    except VfleetError as exc:
+        return answers_gate.Judgement([f"answers: the baseline's report {base.report}: {exc}"], "")
+    return answers_gate.judgement(spec, rep.figures.answers, base_fig, f"{base.digest} (report {base.report})")
+
+
+def answers_listing(profile: str, registry: Path, digest: str | None) -> tuple[str, AnswersFigure] | None:
+    """For `vfleet verify`'s view: the answers run of the report the image promoted last for ``profile``
+    (other than ``digest``) was promoted on, read as it is (the name says so), or None."""
+    lines = entries(registry)
+    entry = previous(lines, len(lines), profile, digest or "")
+    if entry is None or not isinstance(entry.get("report"), str):
+        return None
+    path = Path(entry["report"])
+    try:
+        fig = load_report(path).figures.answers
+    except VfleetError:
+        return None
+    if fig is None:
+        return None
+    return f"{entry.get('digest')} (report {path}; signature not checked here: the promotion gate checks it)", fig

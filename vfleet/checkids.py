@@ -23,6 +23,7 @@ CHECK_IDS: tuple[str, ...] = (
     "test_models",
     "test_version",
     "test_probes",
+    "test_answers",
     "test_prefix_cache_hit",
     "test_prefix_cache_integrity",
     LOAD_TEMPLATE,

@@ -45,6 +45,13 @@ class AnswersSpec(_Strict):
         lt=1.0,
         description="one-sided confidence of the bound on the drop and the level of the McNemar test",
     )
+    min_accuracy: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=1.0,
+        description="boot-verify fails on its own when the Wilson upper bound of the accuracy is below it "
+        "(a collapse with no promoted build to compare with); None: only promotion's comparison judges",
+    )
     #: None: no A/A floor measured yet; the drift part of the verdict is NOT MEASURED, which is no pass.
     drift: DriftAllowance | None = None
 

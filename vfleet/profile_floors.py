@@ -191,6 +191,27 @@ def _ab_gate_on(p: Profile) -> Iterator[Finding]:
         yield Finding("verify.ab_not_worse", "is not true, so a promotion needs no A/B against the promoted image")
 
 
+#: The loosest answers gate a production profile may declare: a larger margin or a lower confidence lets a
+#: collapse of accuracy through as "not shown worse" (docs/answers.md, "The judgement").
+ANSWERS_MAX_MARGIN = 0.05
+ANSWERS_MIN_CONFIDENCE = 0.95
+
+
+def _answers_gate(p: Profile) -> Iterator[Finding]:
+    if not p.production:
+        return
+    spec = p.verify.answers
+    if spec is None:
+        yield Finding("verify.answers", "is not set, so nothing compares this build's answers with the promoted one's")
+        return
+    if spec.margin > ANSWERS_MAX_MARGIN:
+        yield Finding("verify.answers.margin", f"is {spec.margin:g}, production maximum {ANSWERS_MAX_MARGIN:g}")
+    if spec.confidence < ANSWERS_MIN_CONFIDENCE:
+        yield Finding(
+            "verify.answers.confidence", f"is {spec.confidence:g}, production minimum {ANSWERS_MIN_CONFIDENCE:g}"
+        )
+
+
 def _waiver_source(p: Profile) -> Iterator[Finding]:
     if not p.production:
         return
@@ -290,6 +311,22 @@ FLOORS: list[Rule] = [
         source='issue 31 (item 9); docs/ab.md, "A promotion gate"',
         fix=f"set verify.ab_not_worse: true in the model layer (models/<model>/model.yaml) ({_FLOOR})",
         check=_ab_gate_on,
+        waivable=False,
+    ),
+    Rule(
+        id="production-answers-gate",
+        reason=(
+            "a server that is healthy, fast and consistent with itself can still answer wrong after an upgrade "
+            "(GLM-5.3 on ROCm fell from 91.6% to 14.9% on GSM8K, vllm-project/vllm#54924): only the answers gate "
+            "compares a build's answers and log-probabilities with the promoted build's"
+        ),
+        source="issue 32; docs/answers.md",
+        fix=(
+            f"set verify.answers in the model layer (questions, margin <= {ANSWERS_MAX_MARGIN:g}, confidence >= "
+            f"{ANSWERS_MIN_CONFIDENCE:g}; drift from an A/A measurement, or absent: NOT MEASURED, which fails a "
+            f"promotion against a baseline until it is measured) ({_FLOOR})"
+        ),
+        check=_answers_gate,
         waivable=False,
     ),
     Rule(

@@ -207,6 +207,8 @@ class Judgement:
     baseline: baseline_mod.Baseline | None
     warnings_note: str
     ab_report: Path | None
+    #: the answers gate's lines (docs/answers.md); '' where the profile sets no verify.answers
+    answers_note: str = ""
 
 
 #: Gives the A/B report that shows the image not worse than a baseline digest; VfleetError when none does.
@@ -216,24 +218,28 @@ AbSource = Callable[[str], Path]
 def judge(g: Gate, prof: Profile, report: Path, base: baseline_mod.Baseline | None, ab: AbSource) -> Judgement:
     """Every judgement of a promotion, the one code path of `vfleet promote` and `promote --check`: the
     report and its signed summary (check_report), its new warnings against ``base`` (the baseline's signed
-    report), and, where the profile sets verify.ab_not_worse and there is a baseline, the signed A/B that
-    ``ab`` gives (a search for `vfleet promote`, the line's report for the check). The A/B is looked for
+    report), its answers run against the baseline's (vfleet.verify.answers.gate), and, where the profile
+    sets verify.ab_not_worse and there is a baseline, the signed A/B that ``ab`` gives (a search for
+    `vfleet promote`, the line's report for the check). The A/B is looked for
     only once the rest passes, so a refusal names the boot-verify's problems first."""
     rep, why = check_report(report, g)
-    note = ""
+    note = answers_note = ""
     if rep is not None:
         try:
             warned, note = baseline_mod.warning_problems(prof, rep, base)
         except VfleetError as exc:
             warned = [f"the baseline's report {base.report if base else ''}: {exc}"]
         why += warned
+        answered = baseline_mod.answers_judgement(prof, rep, base)
+        why += answered.problems
+        answers_note = answered.note
     ab_path: Path | None = None
     if not why and prof.verify.ab_not_worse and base is not None:
         try:
             ab_path = ab(base.digest)
         except VfleetError as exc:
             why.append(str(exc))
-    return Judgement(why, rep, base, note, ab_path)
+    return Judgement(why, rep, base, note, ab_path, answers_note)
 
 
 def promote(
@@ -287,6 +293,7 @@ def _entry(image: str, g: Gate, path: Path, j: Judgement, ab_required: bool) -> 
         "baseline": j.baseline.record() if j.baseline else None,
         "baseline_note": baseline_mod.note(j.baseline),
         "new_warnings": j.warnings_note,
+        "answers": j.answers_note,
         "profiles_digest": g.profiles_digest,
     }
     if ab_required:

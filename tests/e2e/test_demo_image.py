@@ -9,9 +9,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_verify_live import PROFILE, checks, signing, trusting, vfleet
+from test_verify_live import checks, signing, trusting, vfleet
 
-from vfleet import images, tinymodel
+from vfleet import images
+from vfleet.commands.demo import MODEL, PROFILE
+from vfleet.models import build
 from vfleet.profiles import Catalog
 
 pytestmark = pytest.mark.slow
@@ -19,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def model_dir() -> Path:
-    return tinymodel.build()
+    return build.build(MODEL)
 
 
 def test_demo_on_the_cpu_image(cpu_image: images.BuildResult, model_dir: Path, tmp_path: Path) -> None:
@@ -41,6 +43,10 @@ def test_demo_on_the_cpu_image(cpu_image: images.BuildResult, model_dir: Path, t
     assert img["repo_digests"] == sorted(inspected.get("RepoDigests") or [])
     c = checks(out)
     assert c["test_version"]["outcome"] == "passed" and c["test_log[kv_tokens]"]["outcome"] == "passed"
+    # the real model's answers, run for real in the container and shown by the demo
+    assert c["test_probes"]["outcome"] == "passed" and c["test_answers"]["outcome"] == "passed"
+    assert "probe 'What is the capital of France?': " in proc.stdout and "Paris" in proc.stdout, proc.stdout[-3000:]
+    assert f"answers: {rep['figures']['answers']['questions']}: {rep['figures']['answers']['right']} of" in proc.stdout
     assert "container.log" in proc.stdout and (out / "server" / "container.log").stat().st_size > 0
     # The people's page of this same run (the browser tests render it in tests/integration/test_pages.py):
     # written by the real verify, with its verdict first and the image it verified.

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from answers_helpers import allow_drift, made_up_answers
 from conftest import REPO
 from supply_helpers import make_key
 
@@ -109,6 +110,8 @@ def write_report(
         "started": "2026-12-02T00:00:00+00:00", "wall_s": 1.0,
     }  # fmt: skip
     figs = {"vllm_version": "0.30.0", "log_warnings": [], **(figures or {})}
+    if "answers" not in figs and (made_up := made_up_answers(profile)) is not None:
+        figs["answers"] = made_up
     rep = report.build(checks, 0 if suite_passed else 1, figs, meta, not_applicable=not_applicable)
     rep = Report.model_validate({**rep.dump(), **extra})
     out = root / f"verify-{len(list(root.iterdir())) if root.exists() else 0}"
@@ -616,6 +619,13 @@ def test_a_promotion_keeps_its_release_and_a_rollback_across_a_profile_change_is
 PROD = "glm-5.3-flash/h200"
 
 
+@pytest.fixture
+def drift_allowed(config_tree: Any) -> None:
+    """PROD's answers gate with a drift allowance, so that a second promotion is judged on what these tests
+    are about (the answers gate itself: tests/integration/test_answers_gate.py)."""
+    allow_drift(config_tree, PROD.split("/")[0])
+
+
 def _tpl(template: str, line: int = 1) -> dict[str, Any]:
     return {"template": template, "count": 1, "first_line": line, "example": template}
 
@@ -643,7 +653,7 @@ def _ab(root: Path, baseline: str = BASE, candidate: str = DIGEST, profile: str 
     return _ab_report(root, name, baseline, candidate, effect=1.0, profile=profile, **kw)
 
 
-def test_a_new_warning_template_stops_a_production_promotion(tmp_path: Path) -> None:
+def test_a_new_warning_template_stops_a_production_promotion(tmp_path: Path, drift_allowed: None) -> None:
     reg = tmp_path / "promotions.jsonl"
     base = _promote_baseline(tmp_path / "r", reg)
     same = write_report(tmp_path / "r", profile=PROD, source="container", figures={"log_warnings": OLD})
@@ -673,7 +683,9 @@ def test_the_baseline_must_be_the_signed_report_it_was_promoted_on(tmp_path: Pat
         promotion.promote(IMAGE, PROD, sick, reg, keys=trusted())
 
 
-def test_an_allow_entry_in_the_profile_excuses_a_new_template(tmp_path: Path, config_tree: Any) -> None:
+def test_an_allow_entry_in_the_profile_excuses_a_new_template(
+    tmp_path: Path, config_tree: Any, drift_allowed: None
+) -> None:
     reg = tmp_path / "promotions.jsonl"
     _promote_baseline(tmp_path / "b", reg)
     allow = {"template": "WARNING [cpu.py] Failed to import from vllm._C*", "reason": "this platform has no "
@@ -733,7 +745,9 @@ def _check_refused(reg: Path, *words: str, cli: bool = False) -> str:
     return str(err.value)
 
 
-def test_an_image_promote_refused_does_not_pass_check_however_the_registry_is_edited(tmp_path: Path) -> None:
+def test_an_image_promote_refused_does_not_pass_check_however_the_registry_is_edited(
+    tmp_path: Path, drift_allowed: None
+) -> None:
     """The image prints a warning the promoted one never did: `vfleet promote` refuses it, though its report
     is signed and passing and a signed A/B shows it not worse. No registry line makes `promote --check` pass
     it: a hand-written line (with or without a baseline), one naming another baseline, one inserted for
@@ -788,7 +802,9 @@ def test_an_image_promote_refused_does_not_pass_check_however_the_registry_is_ed
     assert found.note.startswith(f"judged against {BASE}") and found.entry["report"] == str(fine / "report.json")
 
 
-def test_a_production_promotion_needs_a_signed_ab_and_the_first_says_it_has_no_baseline(tmp_path: Path) -> None:
+def test_a_production_promotion_needs_a_signed_ab_and_the_first_says_it_has_no_baseline(
+    tmp_path: Path, drift_allowed: None
+) -> None:
     """Every production profile sets verify.ab_not_worse. The first promotion of a profile has nothing to
     compare against and says "no baseline: first promotion" (output, registry line, check); the next one
     without a signed A/B summary against it is refused by `vfleet promote` and by `promote --check`."""

@@ -1,5 +1,10 @@
 """Boot-verify against a real vLLM CPU server serving the tiny model.
 
+Why the tiny random model here, not the real one the demo serves (smollm2-135m): these tests boot several
+servers and run the suite many times, and the tiny model boots and answers several times faster on two
+cores; the corruption cases need its knife-edge answers. The real model's path through boot-verify and
+promotion is tests/integration/test_answers_gate.py.
+
 One healthy server for the whole module (started once: free port, bounded health wait, early-exit
 detection, process-group kill), one misconfigured server (prefix caching off and another
 max_model_len), and a proxy in front of the healthy server that corrupts only prefix-cache hits

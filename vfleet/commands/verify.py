@@ -15,8 +15,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from vfleet import promotion
+from vfleet import baseline, promotion
 from vfleet.verify import apikey, attestation, runner
+from vfleet.verify.answers.figure import summary as answers_summary
 from vfleet.verify.model import Report
 
 
@@ -82,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         warning_baseline=lambda digest: promotion.warning_baseline(
             args.profile, promotion.default_registry(), digest, keys=None
         ),
+        answers_baseline=lambda digest: baseline.answers_listing(args.profile, promotion.default_registry(), digest),
     )
     print(summary(res.report, res.out))
     print(signed_line(res))
@@ -118,6 +120,10 @@ def summary(rep: Report, out: Path) -> str:
             f"  image {img.ref} id {img.id or '-'}: registry digest {img.digest or 'none'} ({img.source}; {img.reason})"
         )
     f = rep.figures
+    for probe in f.probes or []:
+        lines.append(f"  probe {probe.prompt!r}: {probe.text.strip()[:100]!r} (expected {probe.expect!r})")
+    if f.answers is not None:
+        lines.append(f"  answers: {answers_summary(f.answers)}")
     if f.integrity:
         i = f.integrity
         lines.append(

@@ -35,6 +35,20 @@ TEMPLATE = """{% extends "frame.html" %}
 <td class="msg">{{ c.message }}</td></tr>
 {% endfor %}
 </table>
+{% if answers %}
+<h2>Answers</h2>
+<table id="answers">{% for k, v in answers.facts %}<tr><th>{{ k }}</th><td>{{ v }}</td></tr>{% endfor %}</table>
+{% if answers.compared %}
+<h3>Against the last promoted run</h3>
+<p>{{ answers.compared.baseline }}</p>
+<ul id="answers-verdict">{% for v in answers.compared.verdict %}<li>{{ v }}</li>{% endfor %}</ul>
+<table id="answers-changed"><tr><th>item</th><th>question</th><th>baseline</th><th>this run</th></tr>
+{% for i in answers.compared.changed %}<tr><td>{{ i.id }}</td><td class="msg">{{ i.question }}</td>
+<td class="{{ 'ok' if i.baseline_correct else 'bad' }}">{{ i.baseline }}</td>
+<td class="{{ 'ok' if i.candidate_correct else 'bad' }}">{{ i.candidate }}</td></tr>{% endfor %}
+</table>
+{% endif %}
+{% endif %}
 <h2>Prefix-cache integrity probe (seed 003)</h2>
 <table id="integrity">
 <tr><th>verdict</th><td class="{{ integrity.verdict.state }}">{{ integrity.verdict.text }}
@@ -192,6 +206,30 @@ def _integrity(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _answers(report: dict[str, Any]) -> dict[str, Any] | None:
+    figs = report.get("figures") or {}
+    a = figs.get("answers")
+    if not isinstance(a, dict):
+        return None
+    facts = [
+        ("question set", f"{_fmt(a.get('questions'))} (sha256 {str(a.get('set_sha256'))[:12]})"),
+        (
+            "accuracy",
+            f"{_fmt(a.get('right'), 'd')} of {_fmt(a.get('items'), 'd')} right: {_fmt(100 * a.get('accuracy', 0))}% "
+            f"[{_fmt(100 * a.get('wilson_low', 0))}%, {_fmt(100 * a.get('wilson_high', 0))}%] (Wilson "
+            f"{_fmt(100 * a.get('confidence', 0), '.0f')}%)",
+        ),
+        ("unanswered", _fmt(a.get("unanswered"), "d")),
+        ("asked", f"greedy, concurrency {_fmt(a.get('concurrency'), 'd')}, {_fmt(a.get('set_s'))} s"),
+        (
+            "reference text",
+            f"{_fmt(a.get('reference'))}: {len((a.get('logprobs') or {}).get('token_ids') or [])} tokens",
+        ),
+    ]
+    compared = figs.get("answers_compared")
+    return {"facts": facts, "compared": compared if isinstance(compared, dict) else None}
+
+
 def _load(report: dict[str, Any]) -> list[list[str]]:
     rows = [r for r in (report.get("figures") or {}).get("load") or [] if isinstance(r, dict)]
     return [
@@ -281,6 +319,7 @@ def page(out: Path) -> str:
         not_verified=report.get("unexcused_skips") or [],
         checks=checks,
         integrity=_integrity(report),
+        answers=_answers(report),
         load=_load(report),
         plots=plots,
         plot_notes=notes,

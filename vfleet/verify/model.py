@@ -17,6 +17,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, field_serializer
 
 from vfleet.errors import VfleetError
+from vfleet.verify.answers.compare import AnswersCompared
+from vfleet.verify.answers.figure import AnswersFigure
 from vfleet.verify.cacheprobe import IntegrityResult, PrefixHitResult
 from vfleet.verify.load import LevelResult
 from vfleet.verify.logtemplates import Template
@@ -113,6 +115,12 @@ class Figures(_Strict):
     vllm_version: str | None = None
     expected_vllm_version: str | None = None
     probes: list[ProbeAnswer] | None = None
+    #: the answers check (vfleet.verify.answers.figure): the question set's answers and the reference text's
+    #: log-probabilities, which promotion compares with the promoted build's (docs/answers.md)
+    answers: AnswersFigure | None = None
+    #: the run against the last promoted one of the profile, as `vfleet verify` found it (a view; the gate is
+    #: promotion's)
+    answers_compared: AnswersCompared | None = None
     prefix_hit: PrefixHitResult | None = None
     integrity: IntegrityResult | None = None
     load: list[LevelResult] | None = None

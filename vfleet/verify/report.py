@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from vfleet.verify import model
+from vfleet.verify.answers.compare import AnswersCompared
+from vfleet.verify.answers.figure import AnswersFigure, summary
 from vfleet.verify.model import SCHEMA, CheckResult, Figures, Report
 from vfleet.verify.plots import fmt as _fmt
 from vfleet.verify.plots import plot_lines, pyplot
@@ -61,13 +63,44 @@ def build(
 
 def _plots(report: Report, out: Path) -> list[str]:
     load = report.figures.load or []
-    if not load:
+    compared = report.figures.answers_compared
+    if not load and not (compared and compared.diffs):
         return []
     plt, missing = pyplot()
     if plt is None:
         report.plots_missing = missing
         return []
+    made = _drift_plot(plt, report, out) if compared and compared.diffs else []
+    if not load:
+        return made
+    return made + _load_plots(plt, report, out, load)
 
+
+def _drift_plot(plt: Any, report: Report, out: Path) -> list[str]:
+    """The reference text's |log-probability difference| per position against the last promoted run, with
+    the profile's A/A allowance (its p99 and mean bounds) where one is measured."""
+    c = report.figures.answers_compared
+    assert c is not None
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    ax.plot(range(1, len(c.diffs) + 1), c.diffs, lw=0.6, color="tab:blue", label="|this run - baseline| (nats)")
+    if c.allowance_p99 is not None:
+        ax.axhline(c.allowance_p99, color="tab:red", ls="--", lw=1, label=f"allowance p99 {c.allowance_p99:.3g}")
+    if c.allowance_mean_abs is not None:
+        ax.axhline(
+            c.allowance_mean_abs, color="tab:orange", ls=":", lw=1, label=f"allowance mean {c.allowance_mean_abs:.3g}"
+        )
+    ax.set_xlabel("position in the reference text")
+    ax.set_ylabel("nats")
+    ax.set_title("answers gate: log-probability drift against the last promoted run (A/A allowance dashed)")
+    ax.legend(loc="upper right", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "answers_drift.png", dpi=110)
+    plt.close(fig)
+    return ["answers_drift.png"]
+
+
+def _load_plots(plt: Any, report: Report, out: Path, load: list[Any]) -> list[str]:
     rows = sorted(load, key=lambda r: r.concurrency)
     conc = [r.concurrency for r in rows]
     made: list[str] = []
@@ -144,6 +177,10 @@ def markdown(report: Report) -> str:
         msg = text.replace("\n", " ").replace("|", "\\|")[:300]
         lines.append(f"| `{t.id}` | {outcome} | {t.duration_s:.2f} | {msg} |")
     f = report.figures
+    if f.answers is not None:
+        lines += answers_lines(f.answers)
+    if f.answers_compared is not None:
+        lines += compared_lines(f.answers_compared)
     integ = f.integrity
     if integ:
         lines += [
@@ -233,6 +270,41 @@ def markdown(report: Report) -> str:
             )
     lines += plot_lines(report.plots, report.plots_missing)
     return "\n".join(lines) + "\n"
+
+
+def answers_lines(fig: AnswersFigure) -> list[str]:
+    """report.md's answers section: the run's accuracy with its interval and every item answered wrong (every
+    item's answer is in report.json); the comparison with the promoted build is promotion's."""
+    wrong = [a for a in fig.record.get("items", []) if not a.get("correct")]
+    lines = [
+        "",
+        "## Answers (docs/answers.md)",
+        "",
+        summary(fig) + ".",
+        "",
+        f"Answered wrong or not at all: {len(wrong)} items.",
+        "",
+        "| item | response | finish | error |",
+        "|---|---|---|---|",
+    ]
+    for a in wrong:
+        said = str(a.get("response", "")).replace("\n", " ").replace("|", "\\|")[:80]
+        lines.append(f"| {a.get('id')} | {said} | {a.get('finish_reason')} | {str(a.get('error', ''))[:80]} |")
+    return lines
+
+
+def compared_lines(c: AnswersCompared) -> list[str]:
+    """report.md's view of the answers run against the last promoted one (promotion judges it again)."""
+    lines = ["", f"### Against the last promoted run: {c.baseline}", ""]
+    lines += [f"- {v}" for v in c.verdict]
+    lines += ["", f"Items whose answer changed: {len(c.changed)}.", ""]
+    if c.changed:
+        lines += ["| item | question | baseline | this run |", "|---|---|---|---|"]
+        for i in c.changed:
+            cell = [x.replace("|", "\\|").replace("\n", " ") for x in (i.question, i.baseline, i.candidate)]
+            mark = ["right" if i.baseline_correct else "wrong", "right" if i.candidate_correct else "wrong"]
+            lines.append(f"| {i.id} | {cell[0]} | {cell[1]} ({mark[0]}) | {cell[2]} ({mark[1]}) |")
+    return lines
 
 
 def write(report: Report, out: Path) -> Path:

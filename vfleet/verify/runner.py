@@ -16,6 +16,8 @@ from vfleet.profiles import Catalog
 from vfleet.verify import apikey, attestation, logtemplates, tie
 from vfleet.verify import image as image_mod
 from vfleet.verify import report as report_mod
+from vfleet.verify.answers.compare import compare
+from vfleet.verify.answers.figure import AnswersFigure
 from vfleet.verify.model import Report
 
 DOCKER_HOST_RE = re.compile(r"^(tcp|ssh|unix|npipe|fd)://\S+$")
@@ -56,6 +58,7 @@ def run(
     docker_host: str | None = None,
     sign_key: Path | None = None,
     warning_baseline: Callable[[str | None], logtemplates.Baseline | None] | None = None,
+    answers_baseline: Callable[[str | None], tuple[str, AnswersFigure] | None] | None = None,
 ) -> VerifyResult:
     """Run the suite; each line of pytest's output goes to ``on_line`` and to DIR/pytest-output.txt.
     With ``sign_key`` (the controller's ed25519 private key) the report's verification summary is signed
@@ -68,7 +71,9 @@ def run(
 
     ``warning_baseline`` gives, for the image's registry digest, the report whose warning templates the
     log's are compared with (the last promoted one of the profile; `vfleet verify` looks it up): the
-    report lists the new ones (figures.new_warnings). The promotion gate judges them again."""
+    report lists the new ones (figures.new_warnings). The promotion gate judges them again. ``answers_baseline``
+    gives the answers run of that report (name, figure): the report shows this run against it
+    (figures.answers_compared); promotion judges it again from the signed reports."""
     prof = Catalog().load(profile)  # a bad profile name is a clear error here, not a pytest crash
     signer = attestation.load_signer(sign_key) if sign_key is not None else None
     if log is not None and not log.is_file():
@@ -119,6 +124,11 @@ def run(
         session.figures["new_warnings"] = logtemplates.as_figures(
             logtemplates.judge(current, base, prof.verify.warnings)
         )
+    fig = session.figures.get("answers")
+    if isinstance(fig, AnswersFigure) and prof.verify.answers is not None and answers_baseline is not None:
+        found = answers_baseline(record.digest)
+        if found is not None:
+            session.figures["answers_compared"] = compare(prof.verify.answers, fig, found[1], found[0])
     log_source = str(log) if log else (f"docker logs {container}" if container else None)
     meta = {
         "profile": profile,

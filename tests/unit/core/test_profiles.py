@@ -339,7 +339,7 @@ def test_tiny_declares_each_check_it_skips(config_tree: ConfigTree) -> None:
     tiny = Catalog().load("tiny/cpu")
     assert tiny.production is False
     assert set(tiny.verify.not_applicable) == {
-        "test_probes", "test_gpu_health", "test_log[graph_mode]", "test_log[attention_backend]",
+        "test_probes", "test_answers", "test_gpu_health", "test_log[graph_mode]", "test_log[attention_backend]",
     }  # fmt: skip
     config_tree.edit("models/tiny/model.yaml", lambda d: d["verify"].__setitem__("gpu_health", False))
     with pytest.raises(ProfileError, match=r"verify\.gpu_health: unknown key"):

@@ -246,6 +246,15 @@ CASES = [
         "against the promoted image.",
     ),
     (
+        "production-answers-gate",
+        "models/kimi-k3/model.yaml",
+        "verify",
+        "answers",
+        {"margin": 0.1},
+        "kimi-k3/gb300",
+        "kimi-k3/gb300: rule production-answers-gate: verify.answers.margin: is 0.1, production maximum 0.05.",
+    ),
+    (
         "production-waiver-source",
         "models/glm-5.3-flash/model.yaml",
         "waivers",
