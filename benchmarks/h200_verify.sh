@@ -90,19 +90,23 @@ prepare() {
   ls -la .cache/h200v/*
 }
 
-stage() {
+stage() {  # stage [PARTS]: the carried part(s) under PARTS (default .cache/h200v) to $STAGE
   mkdir -p "$STAGE"
-  cp -v .cache/h200v/p*/* "$STAGE"/
+  cp -v "${1:-.cache/h200v}"/p*/* "$STAGE"/
   ls -la "$STAGE"; df -h /tmp | tail -1
 }
 
-setup() {
+machine() {  # the GPU, kernel and the image's packages, into $OUT/env.txt
   log "machine"
   {
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
     uname -r
     "$PY" -c 'import sys, torch, triton, transformers, tokenizers; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__, "transformers", transformers.__version__, "tokenizers", tokenizers.__version__)'
   } 2>&1 | tee "$OUT/env.txt"
+}
+
+setup() {
+  machine
   log "unpack"
   rm -rf "$SITE" "$WORK/whl" && mkdir -p "$SITE"
   local wsize
@@ -148,13 +152,13 @@ PYEOF
   ls -la "$MODEL_DIR"
 }
 
-profile_env() {  # the profile's env section as export lines, and its vLLM --config file
-  "$PY" - "$1" <<'PYEOF'
+profile_env() {  # the profile's ($PROFILE) env section as export lines, and its vLLM --config file
+  "$PY" - "$1" "$PROFILE" <<'PYEOF'
 import shlex, sys
 from pathlib import Path
 from vfleet.profiles import Catalog
 from vfleet.vllm_args import write_config, negative_flags
-p = Catalog().load("llama-1b-random/h200")
+p = Catalog().load(sys.argv[2])
 write_config(p, Path(sys.argv[1]))
 for k, v in p.env.items():
     print(f"export {k}={shlex.quote(v)}")
