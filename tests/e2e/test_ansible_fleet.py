@@ -30,7 +30,7 @@ from supply_helpers import make_key
 
 from vfleet.fleet import inventory as fleet_inventory
 from vfleet.fleet.ansible import env as ansible_env
-from vfleet.fleet.ansible import playbook_argv
+from vfleet.fleet.ansible import playbook_argv, run_playbook
 from vfleet.paths import profiles_digest
 from vfleet.testing import testfleet
 from vfleet.testing.docker import docker
@@ -43,6 +43,8 @@ pytestmark = pytest.mark.slow
 FAST: dict[str, Any] = {**testfleet.STANDIN_FAST, "vfleet_batch_size": 3}
 STANDIN_VARS = testfleet.STANDIN_VARS
 FIGURES: dict[str, Any] = {"wall_s": {}, "swap_s": {}, "pull_bytes": {}}
+#: The balancer's health-check interval on this fleet of stand-ins (ctx), in ms.
+LB_CHECK_MS = 500
 LOCK = "/var/lib/vfleet/fleet-lock.json"
 
 
@@ -184,6 +186,12 @@ def ctx() -> Iterator[Ctx]:
     try:
         fleet = testfleet.up(name, nodes=4, mirror=True)
         testfleet.write_inventory(fleet, extra_vars=STANDIN_VARS)
+        # The stand-ins answer /health at once: the balancer checks them every LB_CHECK_MS (an input of this test
+        # fleet, not the role's default of 2 s, which is tolerant of a busy vLLM node), so that each swap's wait for
+        # the node to be UP again is one short check, not a 2-second one.
+        fast_checks = {"vfleet_lb_check_interval_ms": LB_CHECK_MS}
+        lb = run_playbook("lb", fleet.inventory, fast_checks, capture=True, timeout=600)
+        assert lb.returncode == 0, (lb.stdout + lb.stderr)[-3000:]
         refs = {v: fleet.push(local[v]) for v in ("good-1", "good-2", "good-3", "noverify", "unhealthy", "busy")}
         FIGURES["wall_s"]["fleet_up"] = round(time.monotonic() - t0, 1)
         yield Ctx(fleet, refs)

@@ -1,11 +1,12 @@
 """Building the CLI imports only what every image has.
 
-Every vfleet image runs `vfleet --version` at build time and `vfleet serve` as its entrypoint, and the
-CLI builds every subcommand's parser at start. The GPU images carry vLLM's dependencies, not vfleet's
-test and controller tools (pytest, jinja2, tqdm, matplotlib, the supply-chain libraries); the local GPU
-stand-in carries exactly `STANDIN_WHEELS`. A module-level import of anything else breaks every image
-build, which only an image build used to show (pytest, imported at load by the in-process boot-verify
-runner, did). This runs the CLI in a child Python in which any other third-party import fails.
+Every vfleet image runs `vfleet --version` at build time, which builds every subcommand's parser, and
+`vfleet serve` as its entrypoint (a run of one command imports that command's module only). The GPU
+images carry vLLM's dependencies, not vfleet's test and controller tools (pytest, jinja2, tqdm,
+matplotlib, the supply-chain libraries); the local GPU stand-in carries exactly `STANDIN_WHEELS`. A
+module-level import of anything else breaks every image build, which only an image build used to show
+(pytest, imported at load by the in-process boot-verify runner, did). This runs the CLI in a child
+Python in which any other third-party import fails.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ CHILD = textwrap.dedent(
 
     sys.meta_path.insert(0, OnlyTheImageHas())
     from vfleet.cli import main
+    from vfleet.cli import build_parser
+    build_parser()  # every subcommand's parser, as `vfleet --help` builds it (a run of one command imports only it)
     rc = main(sys.argv[2:])
     tops = {m.split(".")[0] for m in sys.modules if not m.startswith("_")}
     # cython_runtime: a module Cython extensions (PyYAML's _yaml) register, not a package.

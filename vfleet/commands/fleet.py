@@ -11,20 +11,17 @@ import secrets
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vfleet import tinymodel
-from vfleet.dockerd import ensure_dockerd
 from vfleet.errors import VfleetError
-from vfleet.fleet import inventory as fleet_inventory
 from vfleet.fleet.ansible import check_paths, forks_for, limit_hosts, role_defaults, run_playbook, with_controller
 from vfleet.fleet.mark import judge_json
-from vfleet.paths import home
-from vfleet.staging import Candidate, stage
-from vfleet.supply import default_store
-from vfleet.supply.statements import normalized as trusted_specs
-from vfleet.testing import testfleet
-from vfleet.verify import attestation
+
+if TYPE_CHECKING:
+    from vfleet.fleet import inventory as fleet_inventory
+
+# The rest is imported where it is used: the playbooks run `vfleet fleet mark` once per run, and the
+# CLI's start-up is every run's cost (vfleet/cli.py).
 
 
 def _extra(pairs: list[str]) -> dict[str, Any]:
@@ -179,6 +176,10 @@ def new_run_id() -> str:
 
 
 def _playbook(args: argparse.Namespace) -> int:
+    from vfleet.fleet import inventory as fleet_inventory
+    from vfleet.supply.statements import normalized as trusted_specs
+    from vfleet.testing import testfleet
+
     inventory = (args.inventory if args.inventory else testfleet.load(args.name).inventory).resolve()
     if args.fleet_command == "lb":
         return run_playbook("lb", inventory, {}, None, args.vault_password_file).returncode
@@ -223,13 +224,7 @@ def _playbook(args: argparse.Namespace) -> int:
     if getattr(args, "json", None) or getattr(args, "html", None):
         extra["vfleet_status_file"] = str((args.json or args.html.with_suffix(".status.json")).resolve())
     limit = with_controller(inventory, args.limit) if args.limit else None
-    forks = None
-    if args.fleet_command in ("rollout", "rollback", "verify") and "ANSIBLE_FORKS" not in os.environ:
-        try:
-            targets = args.targets or role_defaults("vfleet")["vfleet_targets"]
-            forks = forks_for(len(limit_hosts(inventory, args.limit or targets)))
-        except VfleetError:
-            forks = None  # the playbook names the bad group or limit itself
+    forks = _forks(args, inventory, inv)
     # The lock records the controller process that holds it.
     os.environ["VFLEET_CONTROLLER_PID"] = str(os.getpid())
     if getattr(args, "html", None):  # the page must never show an earlier run's status
@@ -258,10 +253,27 @@ def _playbook(args: argparse.Namespace) -> int:
     return proc.returncode
 
 
+def _forks(args: argparse.Namespace, inventory: Path, inv: fleet_inventory.Inventory | None) -> int | None:
+    """Forks for the run (forks_for: one per node of the run), None where ANSIBLE_FORKS is set or the
+    run has no nodes to count. Without --limit, the group of the run is counted in the inventory already
+    read above; a --limit (or a target that is a pattern, not a group) is resolved by Ansible itself."""
+    if args.fleet_command not in ("rollout", "rollback", "verify") or "ANSIBLE_FORKS" in os.environ:
+        return None
+    try:
+        targets = args.targets or role_defaults("vfleet")["vfleet_targets"]
+        if inv is not None and not args.limit and targets in inv.groups:
+            return forks_for(len(inv.group(targets)))
+        return forks_for(len(limit_hosts(inventory, args.limit or targets)))
+    except VfleetError:
+        return None  # the playbook names the bad group or limit itself
+
+
 def _say_not_checked(
     inv: fleet_inventory.Inventory, extra: dict[str, Any], args: argparse.Namespace, run_id: str
 ) -> None:
     """The run's summary of the gates it did not check (the lines the playbook printed as it went)."""
+    from vfleet.fleet import inventory as fleet_inventory
+
     targets = args.targets or extra.get("vfleet_targets") or fleet_inventory.NODES
     lines = fleet_inventory.not_checked(inv, extra, args.fleet_command, str(targets))
     if lines:
@@ -285,6 +297,8 @@ def _add_provenance(status_file: Path, key_specs: list[str], store: Path | None)
     the page says why it has no rows."""
     # cryptography and securesystemslib (supply.check, supply.provenance) are the controller's, not the
     # images': imported where used, so that the CLI starts in an image without them.
+    from vfleet.paths import home
+    from vfleet.supply import default_store
     from vfleet.supply.check import fleet_provenance
     from vfleet.supply.statements import keyring
 
@@ -305,6 +319,11 @@ def _stage(args: argparse.Namespace) -> int:
     """Push, sign the pushed digests with --sign-key, then stage: each boot-verify summary is signed with
     --sign-key, else VFLEET_SIGN_KEY (the image provenance is signed only with --sign-key: a build that has
     no record in the store, a `docker build` layer, can still be staged). No key is refused before the push."""
+    from vfleet import tinymodel
+    from vfleet.staging import Candidate, stage
+    from vfleet.testing import testfleet
+    from vfleet.verify import attestation
+
     fleet = testfleet.load(args.name)
     profile = args.profile or fleet.profile
     if profile != "tiny/cpu":
@@ -329,6 +348,7 @@ def _sign_pushed(args: argparse.Namespace, digest_ref: str) -> None:
     record is found by its image ID, the manifest's config digest; docs/supply-chain.md)."""
     if not args.sign_key:
         return
+    from vfleet.supply import default_store
     from vfleet.supply.attest import sign_image  # cryptography: see _add_provenance
 
     print(f"signed {digest_ref}: {sign_image(digest_ref, args.sign_key, args.store or default_store())}")
@@ -340,6 +360,8 @@ def _docker_for_test_fleet(args: argparse.Namespace) -> None:
     newcomer's first `make fleet-up` works on a machine where no daemon runs yet. A real inventory's
     nodes are reached over SSH and need no local daemon."""
     if args.fleet_command in ("up", "down", "push", "stage", "show") or getattr(args, "name", None):
+        from vfleet.dockerd import ensure_dockerd
+
         state = ensure_dockerd()
         if state != "running":
             print(f"dockerd: {state}", file=sys.stderr)
@@ -353,6 +375,9 @@ def run(args: argparse.Namespace) -> int:
     _docker_for_test_fleet(args)
     if cmd in ("rollout", "rollback", "verify", "status", "lb"):
         return _playbook(args)
+    from vfleet import tinymodel
+    from vfleet.testing import testfleet
+
     if cmd == "up":
         model_dir = args.model_dir
         if model_dir is None and not args.no_model and args.profile == "tiny/cpu":
