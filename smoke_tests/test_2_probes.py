@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 from vfleet.verify.answers.figure import measure, problems
+from vfleet.verify.answers.records import RecordError
+from vfleet.verify.client import HttpError
 from vfleet.verify.target import Target
 
 
@@ -35,7 +37,13 @@ def test_answers(target: Target, figures: dict[str, Any]) -> None:
     spec = target.profile.verify.answers
     if spec is None:
         pytest.skip("the profile sets no verify.answers (a random-weight model has no right answers)")
-    fig = measure(target.client, spec)
+    try:
+        fig = measure(target.client, spec)
+    except (HttpError, RecordError) as exc:
+        pytest.fail(
+            f"expected the question set {spec.questions} and the reference text {spec.reference} to be answered "
+            f"(verify.answers); saw: {str(exc)[:400]}"
+        )
     figures["answers"] = fig
     bad = problems(fig, spec)
     assert not bad, "; ".join(bad)

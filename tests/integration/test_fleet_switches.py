@@ -344,7 +344,8 @@ def test_a_production_profile_serves_outside_a_test_fleet(config_tree: ConfigTre
     def production(d: dict[str, Any]) -> None:
         d["production"] = True
         na = d["verify"].get("not_applicable") or {}
-        for key in ("test_gpu_health", "test_log[graph_mode]", "test_log[attention_backend]", "test_probes"):
+        for key in ("test_gpu_health", "test_log[graph_mode]", "test_log[attention_backend]", "test_probes",
+                    "test_answers"):  # fmt: skip
             na.pop(key, None)
         d["verify"].pop("gpu_health", None)
         # The production floors (vfleet/profile_floors.py): a floor of 5 tok/s per stream at every load level,
@@ -353,6 +354,7 @@ def test_a_production_profile_serves_outside_a_test_fleet(config_tree: ConfigTre
         d["verify"]["probes"] = [{"prompt": "What is 17 times 23? Only the number.", "expect": "391"}]
         d["waivers"][0]["source"] = "docs/upstream.md"
         d["verify"]["ab_not_worse"] = True  # rule production-ab-gate
+        d["verify"]["answers"] = {"questions": "basic-v1"}  # rule production-answers-gate
 
     config_tree.edit("models/tiny/model.yaml", production)
     fleet_inventory.check(unmarked, {})

@@ -373,7 +373,8 @@ def test_skipped_log_and_gpu_checks_fail_a_production_profile(
     def production(d: dict[str, Any]) -> None:
         d["production"] = True
         na = d["verify"].get("not_applicable") or {}
-        for key in ("test_gpu_health", "test_log[graph_mode]", "test_log[attention_backend]", "test_probes"):
+        for key in ("test_gpu_health", "test_log[graph_mode]", "test_log[attention_backend]", "test_probes",
+                    "test_answers"):  # fmt: skip
             na.pop(key, None)
         d["verify"].pop("gpu_health", None)
         # The production floors (vfleet/profile_floors.py): a floor of 5 tok/s per stream at every load level
@@ -383,6 +384,9 @@ def test_skipped_log_and_gpu_checks_fail_a_production_profile(
         d["verify"]["probes"] = [{"prompt": "What is 17 times 23? Only the number.", "expect": "391"}]
         d["waivers"][0]["source"] = "docs/upstream.md"
         d["verify"]["ab_not_worse"] = True  # rule production-ab-gate
+        # rule production-answers-gate: the set runs (random answers, all wrong); its reference text does not
+        # fit tiny's context, so the check fails, naming why
+        d["verify"]["answers"] = {"questions": "basic-v1", "concurrency": 32, "max_tokens": 4}
 
     config_tree.edit("models/tiny/model.yaml", production)
     env = {"VLLM_API_KEY": API_KEY, "VF_TEST_KEY": API_KEY, "VFLEET_SERVE_CONFIGS": str(config_tree.root)}
@@ -396,7 +400,14 @@ def test_skipped_log_and_gpu_checks_fail_a_production_profile(
     rep = json.loads((out / "report.json").read_text())
     # The probe a production profile must list fails on random weights; every other check that ran passed.
     assert rep["passed"] is False, rep["counts"]
-    assert [c["name"] for c in rep["checks"] if c["outcome"] == "failed"] == ["test_probes"], rep["counts"]
+    failed = {c["name"]: c["message"] for c in rep["checks"] if c["outcome"] == "failed"}
+    assert sorted(failed) == ["test_answers", "test_probes"], rep["counts"]
+    # the reference text (about 2,400 tokens) does not fit tiny's 2,048-token context: named, not a crash
+    assert (
+        "expected the question set basic-v1 and the reference text reference-v1 to be answered"
+        in (failed["test_answers"])
+        and "maximum context length is 2048 tokens" in failed["test_answers"]
+    ), failed["test_answers"]
     assert sorted(u["id"] for u in rep["unexcused_skips"]) == sorted(
         ["test_gpu_health", *(f"test_log[{c}]" for c in LOG_CHECKS)]
     )
