@@ -38,7 +38,7 @@ profiles: $(STAMP) ## list the serve profiles
 patches: $(STAMP) ## check the patch series: every patch parses, has its headers, is listed once
 	$(V)/vfleet patches check
 
-demo: $(STAMP) ## build the tiny model, start a local vLLM CPU server, boot-verify it, print the report path
+demo: $(STAMP) ## serve the real small model (smollm2-135m) on a local vLLM CPU server, boot-verify it with its answers, print the report path
 	$(V)/vfleet demo
 
 boot-verify: $(STAMP) ## verify a live server: URL=http://node:8000 PROFILE=model/platform [LOG=file|CONTAINER=name] [IMAGE=ref] [ENV_FILE=/etc/vfleet/secrets.env] [SIGN_KEY=priv.pem: sign the summary promotion needs; or VFLEET_SIGN_KEY] (API key: VLLM_API_KEY or ENV_FILE)

@@ -205,22 +205,28 @@ def templates(base: Baseline | None) -> logtemplates.Baseline | None:
     return logtemplates.Baseline(str(base.report), [t.template for t in rep.figures.log_warnings])
 
 
-def listing(profile: str, registry: Path, digest: str | None) -> logtemplates.Baseline | None:
-    """For `vfleet verify`'s listing of new warnings: the templates of the report the image promoted last
-    for ``profile`` (other than ``digest``) was promoted on, read as it is (the name says so), or None."""
+def last_promoted(profile: str, registry: Path, digest: str | None) -> tuple[str, Path, Report] | None:
+    """For `vfleet verify`'s views: (digest, path, report) of the report the image promoted last for ``profile``
+    (other than ``digest``) was promoted on, read as it is (its signature is not checked here: the promotion
+    gate checks it); None when there is none or it cannot be read."""
     lines = entries(registry)
     entry = previous(lines, len(lines), profile, digest or "")
     if entry is None or not isinstance(entry.get("report"), str):
         return None
     path = Path(entry["report"])
     try:
-        rep = load_report(path)
+        return str(entry.get("digest")), path, load_report(path)
     except VfleetError:
         return None
-    if rep.figures.log_warnings is None:
+
+
+def listing(profile: str, registry: Path, digest: str | None) -> logtemplates.Baseline | None:
+    """For `vfleet verify`'s listing of new warnings: the templates of the last promoted report, or None."""
+    found = last_promoted(profile, registry, digest)
+    if found is None or found[2].figures.log_warnings is None:
         return None
-    name = f"{path} (signature not checked here; the promotion gate checks it)"
-    return logtemplates.Baseline(name, [t.template for t in rep.figures.log_warnings])
+    name = f"{found[1]} (signature not checked here; the promotion gate checks it)"
+    return logtemplates.Baseline(name, [t.template for t in found[2].figures.log_warnings])
 
 
 def warning_problems(prof: Profile, rep: Report, base: Baseline | None) -> tuple[list[str], str]:
@@ -262,17 +268,9 @@ def answers_judgement(prof: Profile, rep: Report, base: Baseline | None) -> answ
 
 
 def answers_listing(profile: str, registry: Path, digest: str | None) -> tuple[str, AnswersFigure] | None:
-    """For `vfleet verify`'s view: the answers run of the report the image promoted last for ``profile``
-    (other than ``digest``) was promoted on, read as it is (the name says so), or None."""
-    lines = entries(registry)
-    entry = previous(lines, len(lines), profile, digest or "")
-    if entry is None or not isinstance(entry.get("report"), str):
+    """For `vfleet verify`'s view: the answers run of the last promoted report, or None."""
+    found = last_promoted(profile, registry, digest)
+    fig = found[2].figures.answers if found is not None else None
+    if found is None or fig is None:
         return None
-    path = Path(entry["report"])
-    try:
-        fig = load_report(path).figures.answers
-    except VfleetError:
-        return None
-    if fig is None:
-        return None
-    return f"{entry.get('digest')} (report {path}; signature not checked here: the promotion gate checks it)", fig
+    return f"{found[0]} (report {found[1]}; signature not checked here: the promotion gate checks it)", fig
