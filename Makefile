@@ -53,22 +53,24 @@ image: $(STAMP) ## build an image: FAMILY=cpu|cuda|rocm [BASE=0.34.0: the vLLM b
 INVENTORY ?= ansible/inventories/example
 FLEET_WHERE = $(if $(FLEET),--name $(FLEET),--inventory $(INVENTORY))
 
-FLEET_OPTS = $(if $(LIMIT),--limit $(LIMIT)) $(if $(BREAK_LOCK),--break-lock)
+# VERBOSE=N (0-4): Ansible's verbosity for every playbook a fleet target runs.
+ANSIBLE_V = $(if $(VERBOSE),--ansible-verbosity $(VERBOSE))
+FLEET_OPTS = $(if $(LIMIT),--limit $(LIMIT)) $(if $(BREAK_LOCK),--break-lock) $(ANSIBLE_V)
 
 lb: $(STAMP) ## set up the HAProxy balancer in front of the nodes [INVENTORY=dir|FLEET=test-fleet]
 	$(V)/vfleet fleet lb $(FLEET_WHERE)
 
-rollout: $(STAMP) ## roll the fleet onto IMAGE=ref: canary, then batches [INVENTORY|FLEET] [BATCH=n] [LIMIT=pattern] [BREAK_LOCK=1] [TRUSTED_KEY='ROLE=pub.pem ...': keys per role] [ALLOW_UNSIGNED=1: test fleets only]
+rollout: $(STAMP) ## roll the fleet onto IMAGE=ref: canary, then batches [INVENTORY|FLEET] [BATCH=n] [LIMIT=pattern] [BREAK_LOCK=1] [VERBOSE=0-4] [TRUSTED_KEY='ROLE=pub.pem ...': keys per role] [ALLOW_UNSIGNED=1: test fleets only]
 	$(V)/vfleet fleet rollout $(FLEET_WHERE) --image $(IMAGE) $(if $(BATCH),--batch-size $(BATCH)) $(foreach k,$(TRUSTED_KEY),--trusted-key $(k)) $(if $(ALLOW_UNSIGNED),--allow-unsigned) $(FLEET_OPTS)
 
-rollback: $(STAMP) ## roll the fleet back, through the rollout's gates, to each node's previous image [IMAGE=ref to name one] [LIMIT] [BREAK_LOCK=1] [TRUSTED_KEY='ROLE=pub.pem ...': keys per role] [ALLOW_UNSIGNED=1: test fleets only]
+rollback: $(STAMP) ## roll the fleet back, through the rollout's gates, to each node's previous image [IMAGE=ref to name one] [LIMIT] [BREAK_LOCK=1] [VERBOSE=0-4] [TRUSTED_KEY='ROLE=pub.pem ...': keys per role] [ALLOW_UNSIGNED=1: test fleets only]
 	$(V)/vfleet fleet rollback $(FLEET_WHERE) $(if $(IMAGE),--image $(IMAGE)) $(foreach k,$(TRUSTED_KEY),--trusted-key $(k)) $(if $(ALLOW_UNSIGNED),--allow-unsigned) $(FLEET_OPTS)
 
 fleet-verify: $(STAMP) ## boot-verify every running node, each out of the balancer's pool [MAX_OUT=N at once]
-	$(V)/vfleet fleet verify $(FLEET_WHERE) $(if $(LIMIT),--limit $(LIMIT)) $(if $(MAX_OUT),--max-out-of-pool $(MAX_OUT))
+	$(V)/vfleet fleet verify $(FLEET_WHERE) $(if $(LIMIT),--limit $(LIMIT)) $(if $(MAX_OUT),--max-out-of-pool $(MAX_OUT)) $(ANSIBLE_V)
 
 fleet-status: $(STAMP) ## what runs where: image digest, profile, health [HTML=fleet.html: the fleet page] [TRUSTED_KEY=provenance=pub.pem: its provenance column]
-	$(V)/vfleet fleet status $(FLEET_WHERE) $(if $(HTML),--html $(HTML)) $(foreach k,$(TRUSTED_KEY),--trusted-key $(k))
+	$(V)/vfleet fleet status $(FLEET_WHERE) $(if $(HTML),--html $(HTML)) $(foreach k,$(TRUSTED_KEY),--trusted-key $(k)) $(ANSIBLE_V)
 
 fleet-up: $(STAMP) ## start a test fleet of Docker-in-Docker nodes + registry: FLEET=name [NODES=3]
 	$(V)/vfleet fleet up --name $(or $(FLEET),dev) --nodes $(or $(NODES),3)

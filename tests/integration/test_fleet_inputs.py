@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 from conftest import REPO
-from fleet_helpers import NOWHERE, local_inventory, playbook, pulled, rollout
+from fleet_helpers import NOWHERE, fleet, local_inventory, playbook, pulled, rollout
 
 from vfleet.fleet import inventory as fleet_inventory
 from vfleet.fleet.ansible import ansible_dir
@@ -134,3 +134,21 @@ def test_the_docs_list_every_input_switch_and_refused_name() -> None:
     assert rows("<!-- table: refused -->") == set(REFUSED)
     for name, sw in SWITCHES.items():
         assert f"| `{name}` |" in text and sw.gate in text, name
+
+
+def test_the_ansible_verbosity_reaches_the_playbooks_and_the_make_targets(tmp_path: Path) -> None:
+    """`--ansible-verbosity N` (make ... VERBOSE=N) sets Ansible's verbosity of the run; without it, Ansible's
+    default (and the operator's ANSIBLE_VERBOSITY, which the CLI leaves alone)."""
+    inv = local_inventory(tmp_path, vfleet_node_container_name="vfleet-verbosity-no-such-container")
+    quiet = fleet(inv, "status")
+    loud = fleet(inv, "status", "--ansible-verbosity", "3")
+    assert quiet.returncode == 0 and loud.returncode == 0, (quiet.stdout[-2000:], loud.stdout[-2000:])
+    assert "ESTABLISH LOCAL CONNECTION" not in quiet.stdout
+    assert "ESTABLISH LOCAL CONNECTION" in loud.stdout
+    bad = fleet(inv, "status", "--ansible-verbosity", "9")
+    assert bad.returncode == 2 and "invalid choice: 9" in bad.stdout, bad.stdout[-500:]
+    make = (REPO / "Makefile").read_text()
+    for target in ("rollout", "rollback", "fleet-verify", "fleet-status"):
+        recipe = make.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
+        assert "$(ANSIBLE_V)" in recipe or "$(FLEET_OPTS)" in recipe, target
+    assert "ANSIBLE_V = $(if $(VERBOSE),--ansible-verbosity $(VERBOSE))" in make

@@ -112,6 +112,13 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
         )
         q.add_argument("--extra-var", "-e", action="append", default=[], metavar="KEY=VALUE")
         q.add_argument("--vault-password-file", type=Path)
+        q.add_argument(
+            "--ansible-verbosity",
+            type=int,
+            choices=range(5),
+            metavar="N",
+            help="Ansible's verbosity, 0-4 (ANSIBLE_VERBOSITY; make ... VERBOSE=N); secrets stay hidden at every level",
+        )
         if pb == "status":
             q.add_argument("--json", type=Path, metavar="FILE", help="also write the status as JSON")
             q.add_argument("--html", type=Path, metavar="FILE", help="also write the fleet page (docs/fleet.md)")
@@ -215,6 +222,8 @@ def _playbook(args: argparse.Namespace) -> int:
             handed["VFLEET_FLEET_TRUSTED_KEYS"] = json.dumps(specs)
     if getattr(args, "supply_store", None) and args.fleet_command in ("rollout", "rollback"):
         handed["VFLEET_FLEET_SUPPLY_STORE"] = str(args.supply_store.resolve())
+    if getattr(args, "ansible_verbosity", None) is not None:
+        handed["ANSIBLE_VERBOSITY"] = str(args.ansible_verbosity)
     if getattr(args, "allow_unsigned", False):
         extra["vfleet_node_allow_unsigned"] = True
     if getattr(args, "break_lock", False):
