@@ -113,7 +113,11 @@ def sign_identity(ident: Identity, signer: Any, store: Path) -> Path:
     if not path.is_file():
         raise SupplyError(
             f"no build record for {ident.ref} (image {ident.image_id}) in {store}: only an image that "
-            "`vfleet image build` recorded can be signed; build it, or pass the store it was built with (--store)"
+            "`vfleet image build` recorded can be signed; build it, or pass the store it was built with (--store). "
+            "An image built another way (a `docker build` layer on a built one) has no provenance to sign: "
+            "VFLEET_SIGN_KEY (without --sign-key / SIGN_KEY=) signs its boot-verify summary only, which promotion "
+            "needs, and only a test fleet rolls it out unsigned: --allow-unsigned (ALLOW_UNSIGNED=1) with the "
+            "summary's key trusted, --trusted-key verify=PUB.pem (TRUSTED_KEY=verify=PUB.pem) (docs/supply-chain.md)"
         )
     stmt = json.loads(path.read_text())
     for item in stmt["predicate"]["runDetails"]["byproducts"]:
