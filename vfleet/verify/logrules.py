@@ -265,6 +265,19 @@ FAMILIES: tuple[Family, ...] = (
             r"Engine core initialization failed",
         ),
     ),
+    Family(
+        id="engine-step-timeout",
+        detail=(
+            "`RPC call to STEP timed out`: one engine step (`execute_model`, `sample_tokens`) ran past vLLM's step "
+            "deadline (`VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS`, 300 s by default) and the engine died of it; the "
+            "step is named in the line. A compile inside a served request is one cause (docs/boot-verify.md, "
+            "'No compile on a served request')"
+        ),
+        what="an engine step ran past vLLM's step deadline (the RPC to the workers timed out)",
+        source="vllm/v1/executor/multiproc_executor.py collective_rpc (`raise TimeoutError(f\"RPC call to {method} "
+        'timed out.")`); issue 33',
+        patterns=ic(r"\bRPC call to \w+ timed out"),
+    ),
 )
 
 FAMILY_IDS: tuple[str, ...] = tuple(f.id for f in FAMILIES)

@@ -206,6 +206,12 @@ WORDING: tuple[Wording, ...] = (
         ("EngineCore encountered a fatal error.",),
     ),
     Wording(
+        "rpc-timeout",
+        "faults (the engine-step-timeout family)",
+        family("engine-step-timeout").patterns[0],
+        ("TimeoutError: RPC call to sample_tokens timed out.",),
+    ),
+    Wording(
         "bad-request",
         "faults (a client's bad request answered 4xx is not a server fault: vfleet.verify.logrequests)",
         logrequests.BAD_REQUEST_RE,

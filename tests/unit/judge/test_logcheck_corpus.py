@@ -172,6 +172,11 @@ CORPUS: dict[str, list[str]] = {
         f"{E}Worker proc VllmWorker-3 died unexpectedly, shutting down executor.",
         f"{W}WorkerProc hit an exception.",
     ],
+    "engine-step-timeout": [
+        f"{E}TimeoutError: RPC call to sample_tokens timed out.",
+        f"{A}RPC call to execute_model timed out.",
+        "TimeoutError: rpc call to sample_tokens timed out",
+    ],
 }
 
 
