@@ -11,7 +11,7 @@ import pytest
 
 from vfleet.images.refs import LABEL
 from vfleet.paths import versions
-from vfleet.verify.probe import firstreq
+from vfleet.verify.probe import firstreq, weights
 from vfleet.verify.target import Target, docker_where
 
 #: The image label that names the vLLM base an image was built on (images/Dockerfile.*).
@@ -76,6 +76,19 @@ def test_models(target: Target, figures: dict[str, Any]) -> None:
     figures["model_root"] = models[want].get("root")
     expected = target.profile.verify.max_model_len
     assert seen == expected, f"expected max_model_len {expected:,} (profile); saw {seen!r}"
+
+
+def test_weights(target: Target, figures: dict[str, Any]) -> None:
+    """The weights the server loaded, named by their model manifest where it reads them (2.1b)."""
+    data = target.client.get_json("/v1/models")
+    root = next((m.get("root") for m in data.get("data", []) if m.get("id") == target.client.model), None)
+    try:
+        fig = weights.measure(root, target.container)
+    except weights.WeightsError as exc:
+        pytest.fail(f"expected the manifest of the served weights (vfleet model manifest); {exc}")
+    figures["weights"] = fig.as_dict()
+    bad = weights.problem(fig, target.profile.verify.weights_accept)
+    assert bad is None, bad
 
 
 def test_version(target: Target, figures: dict[str, Any]) -> None:

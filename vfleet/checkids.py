@@ -21,6 +21,7 @@ LOAD_ID_RE = re.compile(r"^test_load\[C[1-9][0-9]*\]$")
 CHECK_IDS: tuple[str, ...] = (
     "test_health",
     "test_models",
+    "test_weights",
     "test_version",
     "test_first_request",
     "test_probes",

@@ -190,6 +190,9 @@ class Verify(Strict):
     #: `vfleet promote` and the rollout's `promote --check` refuse a boot-verify whose signed time
     #: (the attestation's timeVerified) is older than this: a stale pass says nothing about what the
     #: image does against today's hosts, drivers and model files, so it is verified again.
+    #: The model manifest digests (sha256:HEX, `vfleet model manifest DIR`) of the weights this profile may serve:
+    #: boot-verify and promotion refuse any other (a model revision pinned). Empty: any, named in the report.
+    weights_accept: list[Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]] = Field(default_factory=list)
     #: The first sampling request of a fresh server may take this much longer than the ones after it
     #: (vfleet.verify.probe.firstreq): more means something was compiled inside a served request.
     first_request_extra_s: float = Field(

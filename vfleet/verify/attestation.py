@@ -20,6 +20,8 @@ image provenance or A/B summaries, does not make a verification summary):
   verificationResult    PASSED or FAILED, recomputed from the checks (vfleet.verify.model.verdict_problems)
   verifiedLevels        [VERIFIED_LEVEL] on a pass, [FAILED] otherwise
   vfleetReport          report.json by name and sha256: an edit of any byte after signing is seen
+  vfleetWeights         the model manifest digest of the weights the server loaded (figures.weights;
+                        vfleet.verify.probe.weights), absent when the run could not name them
 
 `check` is what `vfleet promote` and `promote --check` ask of it. The private key is read only to sign,
 never copied, logged or written.
@@ -114,6 +116,7 @@ def statement(rep: Report, report_sha256: str, profiles_digest: str, verified_at
     named = rep.image.ref or next(iter(rep.image.repo_digests), "")
     repo = split_ref(named)[0]
     problems = _verdict(rep)
+    weights = rep.figures.weights or {}
     return {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": repo, "digest": {"sha256": hex_of(digest)}}],
@@ -137,6 +140,11 @@ def statement(rep: Report, report_sha256: str, profiles_digest: str, verified_at
                 "digestSource": rep.image.source,
                 "partial": rep.partial,
             },
+            **(
+                {"vfleetWeights": {"root": weights.get("root"), "digest": {"sha256": hex_of(str(weights["digest"]))}}}
+                if weights.get("digest")
+                else {}
+            ),
         },
     }
 

@@ -112,6 +112,10 @@ class Figures(_Strict):
     start_metrics_error: str | None = None
     max_model_len: int | None = None
     model_root: str | None = None
+    #: the manifest of the weights the server loaded (vfleet.verify.probe.weights.WeightsFigure)
+    weights: dict[str, Any] | None = None
+    #: the first sampling request against the next ones (vfleet.verify.probe.firstreq.FirstRequest)
+    first_request: dict[str, Any] | None = None
     vllm_version: str | None = None
     expected_vllm_version: str | None = None
     probes: list[ProbeAnswer] | None = None
