@@ -97,6 +97,12 @@ class Settings(BaseModel):
         alias="VFLEET_TRUSTED_KEYS_AB",
         description="Public keys trusted to sign promotion A/B summaries, when no --trusted-key ab=PUB is given.",
     )
+    trusted_keys_model: str | None = Field(
+        None,
+        alias="VFLEET_TRUSTED_KEYS_MODEL",
+        description="Public keys trusted to sign model manifests (`vfleet model manifest --sign-key`), when no "
+        "--trusted-key model=PUB is given.",
+    )
     trusted_keys_deploy: str | None = Field(
         None,
         alias="VFLEET_TRUSTED_KEYS_DEPLOY",

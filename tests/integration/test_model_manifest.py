@@ -8,12 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from supply_helpers import make_key
+
 from vfleet.models import manifest as mm
 
 
-def vfleet(*args: str) -> subprocess.CompletedProcess[str]:
+def vfleet(*args: str, action: str = "manifest") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "vfleet", "model", "manifest", *args],
+        [sys.executable, "-m", "vfleet", "model", action, *args],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
 
@@ -47,3 +49,33 @@ def test_a_directory_that_is_not_there_is_named(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert f"{tmp_path / 'nowhere'}: not a directory (give the model directory the server loads)" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_signed_manifest_compares_the_same_weights_and_names_each_file_of_other_ones(tmp_path: Path) -> None:
+    """`vfleet model manifest --sign-key` signs in the model role; `vfleet model compare` trusts only a key of that
+    role, exits 0 for the same weights and 1 naming the file and both digests for others."""
+    root = tmp_path / "weights"
+    root.mkdir()
+    (root / "model.safetensors").write_bytes(b"\x02" * 4096)
+    (root / "tokenizer.json").write_text("{}")
+    priv, pub = make_key(tmp_path, "controller")
+    signed = tmp_path / "manifest.dsse.json"
+    proc = vfleet(str(root), "--no-cache", "--sign-key", str(priv), "--out", str(signed))
+    assert proc.returncode == 0 and json.loads(signed.read_text())["payloadType"] == "application/vnd.in-toto+json"
+    assert str(priv) not in proc.stdout + proc.stderr and "PRIVATE" not in signed.read_text()
+    same = vfleet(str(signed), str(root), "--trusted-key", f"model={pub}", action="compare")
+    assert same.returncode == 0 and same.stdout.startswith(f"the same weights: {mm.compute(root).digest}"), same
+    data = bytearray((root / "model.safetensors").read_bytes())
+    data[7] ^= 0x10
+    (root / "model.safetensors").write_bytes(bytes(data))
+    seen = tmp_path / "seen.json"
+    seen.write_text(vfleet(str(root), "--no-cache", "--json").stdout)
+    other = vfleet(str(signed), str(seen), "--trusted-key", f"model={pub}", action="compare")
+    assert other.returncode == 1, other
+    assert f"other weights: {mm.compute(root).digest}, promoted " in other.stdout
+    assert "model.safetensors: sha256 " in other.stdout and "(same size: altered in place)" in other.stdout
+    # A key trusted for another role does not make a model manifest; no key is no pass either.
+    wrong = vfleet(str(signed), str(root), "--trusted-key", f"verify={pub}", action="compare")
+    assert wrong.returncode == 2 and "cannot be trusted" in wrong.stderr, wrong
+    none = vfleet(str(signed), str(root), action="compare")
+    assert none.returncode == 2 and "no key is trusted for the model role" in none.stderr, none

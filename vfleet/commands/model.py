@@ -56,6 +56,23 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     m.add_argument("--no-cache", action="store_true", help="hash every file again, and keep no cache")
     m.add_argument("--workers", type=int, default=None, help="files hashed at once (default: the CPUs, at most 8)")
     m.add_argument("--name", dest="model_name", help="the model's name in the statement (default: DIR's name)")
+    m.add_argument(
+        "--sign-key",
+        type=Path,
+        metavar="PRIV",
+        help="sign the statement (role model: docs/supply-chain.md) and write the DSSE envelope to --out",
+    )
+    c = msub.add_parser(
+        "compare",
+        help="compare a directory's manifest with a signed one: exit 1 naming every file that differs",
+        description="Compare the manifest SEEN (a statement, `vfleet model manifest DIR --json`, or a model "
+        "directory) with the signed manifest PROMOTED (a DSSE envelope of the model role, checked with the "
+        "trusted keys). Exit 0 when the digests are equal, 1 naming each missing, extra, truncated or altered "
+        "file and both digests, 2 when the signed manifest cannot be trusted.",
+    )
+    c.add_argument("promoted", type=Path, help="the signed manifest (`vfleet model manifest DIR --sign-key`)")
+    c.add_argument("seen", type=Path, help="a manifest statement (JSON) or a model directory")
+    c.add_argument("--trusted-key", action="append", default=[], metavar="[model=]PUB", help="keys of the model role")
     return p
 
 
@@ -85,17 +102,56 @@ def manifest(args: argparse.Namespace) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(m.statement(), indent=2) + "\n")
+    if args.sign_key and not args.out:
+        raise VfleetError("--sign-key writes the signed manifest to --out FILE: give --out")
     if args.json:
         print(json.dumps(m.statement(), indent=1))
         return 0
+    if args.out and args.sign_key:
+        from vfleet.supply import statements
+
+        signed = statements.sign(m.statement(), statements.load_private_key(args.sign_key))
+        args.out.write_text(json.dumps(signed, indent=1) + "\n")
     where = f"; statement {args.out}" if args.out else ""
     print(f"{m.digest}  {root} ({len(m.files)} files, {m.size:,} bytes, {time.monotonic() - t0:.1f} s{where})")
     return 0
 
 
+def compare(args: argparse.Namespace) -> int:
+    """`vfleet model compare PROMOTED SEEN`: 0 the same weights, 1 other weights (each file named), 2 untrusted."""
+    from vfleet.supply import statements
+    from vfleet.supply.store import SupplyError
+
+    try:
+        keys = statements.keyring(args.trusted_key, statements.MODEL)
+        stmt, _ = statements.open_statement(json.loads(args.promoted.read_text()), statements.MODEL, keys)
+        promoted = model_manifest.from_statement(stmt)
+    except (OSError, ValueError, SupplyError, model_manifest.ManifestError) as exc:
+        print(f"vfleet: the signed manifest {args.promoted} cannot be trusted: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.seen.is_dir():
+            seen = model_manifest.compute(args.seen)
+        else:
+            seen = model_manifest.from_statement(json.loads(args.seen.read_text()))
+    except (OSError, ValueError, model_manifest.ManifestError) as exc:
+        print(f"vfleet: {args.seen}: no manifest to compare: {exc}", file=sys.stderr)
+        return 2
+    lines = model_manifest.compare(promoted, seen)
+    if not lines:
+        print(f"the same weights: {seen.digest} ({len(seen.files)} files)")
+        return 0
+    print(f"other weights: {seen.digest}, promoted {promoted.digest}; {len(lines)} file(s) differ:")
+    for line in lines:
+        print(f"  {line}")
+    return 1
+
+
 def run(args: argparse.Namespace) -> int:
     if args.model_command == "manifest":
         return manifest(args)
+    if args.model_command == "compare":
+        return compare(args)
     if args.name != TINY:
         if args.variant != "random":
             raise VfleetError(f"--variant is a choice of the tiny model; {args.name} has none (drop --variant)")

@@ -7,6 +7,7 @@ A role is a kind of statement and the keys trusted to sign it:
   verify      a boot-verify run's verification summary (SLSA VSA v1)  `vfleet verify --sign-key`
   ab          a promotion A/B's summary                               `vfleet ab --promotion --sign-key`
   deploy      a node's deployment record (deployed.json)              the controller, at deploy time
+  model       a model directory's manifest (OpenSSF model signing)    `vfleet model manifest --sign-key`
 
 A key is trusted for the roles it is declared for, and only those: `--trusted-key ROLE[,ROLE...]=PUB`
 (repeatable), else `VFLEET_TRUSTED_KEYS_<ROLE>` (files or directories of *.pub, separated by ':'). A
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vfleet import settings
+from vfleet.models.manifest import PREDICATE as MODEL_PREDICATE
 from vfleet.supply.store import SupplyError
 
 if TYPE_CHECKING:
@@ -58,7 +60,9 @@ PROVENANCE = Role("provenance", "https://slsa.dev/provenance/v1", "image build p
 VERIFY = Role("verify", "https://slsa.dev/verification_summary/v1", "boot-verify verification summaries")
 AB = Role("ab", "https://github.com/vfleet/vfleet/ab/v1", "promotion A/B summaries")
 DEPLOY = Role("deploy", "https://github.com/vfleet/vfleet/deploy-record/v1", "nodes' deployment records")
-ROLES: dict[str, Role] = {r.name: r for r in (PROVENANCE, VERIFY, AB, DEPLOY)}
+#: The weights' manifest (vfleet.models.manifest, OpenSSF model signing's predicate), signed by the controller.
+MODEL = Role("model", MODEL_PREDICATE, "model manifests")
+ROLES: dict[str, Role] = {r.name: r for r in (PROVENANCE, VERIFY, AB, DEPLOY, MODEL)}
 
 
 def how_to_trust(role: Role) -> str:
@@ -130,6 +134,7 @@ def key_paths(
         VERIFY.name: env.trusted_keys_verify,
         AB.name: env.trusted_keys_ab,
         DEPLOY.name: env.trusted_keys_deploy,
+        MODEL.name: env.trusted_keys_model,
     }
     out: dict[str, list[Path]] = {}
     for name in ROLES:
