@@ -48,9 +48,10 @@ options:
     description: The node's vLLM /metrics URL, for drain.
     type: str
   settle:
-    description: Seconds the idle condition must hold.
+    description:
+      - Seconds the idle condition must hold, for drain. No default of the module's own; the role passes
+        vfleet_lb_settle_s, whose default is written once, in the role's defaults/main.yml.
     type: float
-    default: 3
   timeout:
     description: Bound in seconds.
     type: float
@@ -73,6 +74,7 @@ EXAMPLES = r"""
     socket: /run/haproxy/admin.sock
     server: node1
     metrics_url: http://10.0.0.11:8000/metrics
+    settle: "{{ vfleet_lb_settle_s }}"
 """
 
 RETURN = r"""
@@ -310,14 +312,14 @@ def main():
             "server": {"type": "str"},
             "servers": {"type": "list", "elements": "str", "default": []},
             "metrics_url": {"type": "str"},
-            "settle": {"type": "float", "default": 3},
+            "settle": {"type": "float"},
             "timeout": {"type": "float", "default": 300},
             "interval": {"type": "float", "default": 0.5},
             "dead_after": {"type": "float", "default": 10},
         },
         required_if=[
             ("action", "check", ["socket"]),
-            ("action", "drain", ["server", "metrics_url"]),
+            ("action", "drain", ["server", "metrics_url", "settle"]),
             ("action", "hold", ["socket", "server"]),
             ("action", "ready", ["socket", "server"]),
         ],
