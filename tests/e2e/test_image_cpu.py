@@ -71,8 +71,11 @@ def _get(url: str, key: str | None = None, body: dict[str, Any] | None = None) -
 
 
 @contextlib.contextmanager
-def boot(ref: str, model: Path, tmp: Path, label: str, extra: list[str] | None = None) -> Iterator[dict[str, Any]]:
-    """Run the image as `vfleet render tiny/cpu` prints it (this port, name and files), until /health 200."""
+def boot(
+    ref: str, model: Path, tmp: Path, label: str, extra: list[str] | None = None, env: dict[str, str] | None = None
+) -> Iterator[dict[str, Any]]:
+    """Run the image as `vfleet render tiny/cpu` prints it (this port, name and files), until /health 200; ENV
+    is given after the profile's own environment, so it wins."""
     env_file = tmp / "secrets.env"
     env_file.write_text(f"HF_TOKEN={TOKEN}\nVLLM_API_KEY={KEY}\n")
     port = _free_port()
@@ -91,6 +94,8 @@ def boot(ref: str, model: Path, tmp: Path, label: str, extra: list[str] | None =
         ),
     )
     argv[0] = docker_bin()
+    at = argv.index(ref)  # the image: what comes before it are docker's options, the profile's --env among them
+    argv[at:at] = [f"--env={k}={v}" for k, v in (env or {}).items()]
     subprocess.run(argv, check=True, capture_output=True, text=True)
     base = f"http://127.0.0.1:{port}"
     t0 = time.monotonic()
@@ -225,7 +230,9 @@ def test_serves_compiled_without_triton(
     """`--no-enforce-eager`: torch.compile (inductor's C++ code on the CPU, no Triton) and structured output
     (xgrammar, which declares triton as a dependency) both work in the slimmed image."""
     tmp = tmp_path_factory.mktemp("cpu-compiled")
-    with boot(cpu_image.ref, tiny_model, tmp, "image-cpu-compiled", ["--no-enforce-eager"]) as srv:
+    # The profile turns TorchDynamo off (no compile on a served request: docs/boot-verify.md); compiled mode needs it.
+    on = {"TORCHDYNAMO_DISABLE": "0"}
+    with boot(cpu_image.ref, tiny_model, tmp, "image-cpu-compiled", ["--no-enforce-eager"], on) as srv:
         base = srv["base"]
         code, out = _get(
             f"{base}/v1/completions",
