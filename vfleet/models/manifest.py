@@ -147,7 +147,7 @@ def _hash_file(path: Path) -> tuple[str, list[str]]:
     return whole.hexdigest(), blocks
 
 
-Progress = Callable[[int], None]
+Progress = Callable[[int], object]
 
 
 def compute(

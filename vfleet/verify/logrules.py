@@ -274,7 +274,7 @@ FAMILIES: tuple[Family, ...] = (
             "'No compile on a served request')"
         ),
         what="an engine step ran past vLLM's step deadline (the RPC to the workers timed out)",
-        source="vllm/v1/executor/multiproc_executor.py collective_rpc (`raise TimeoutError(f\"RPC call to {method} "
+        source='vllm/v1/executor/multiproc_executor.py collective_rpc (`raise TimeoutError(f"RPC call to {method} '
         'timed out.")`); issue 33',
         patterns=ic(r"\bRPC call to \w+ timed out"),
     ),
