@@ -247,6 +247,8 @@ def _partial_run(book: str, *options: str, env_vars: dict[str, str] | None = Non
         ("verify", ["--tags", "lock"]),
         ("unlock", ["--start-at-task", "Release the lock"]),
         ("swap", ["--step"]),
+        # Check mode runs no command task: every gate's `vfleet` call would be skipped and the run end green.
+        ("rollout", ["--check"]),
     ],
 )
 def test_a_playbook_that_locks_the_fleet_runs_whole_or_not_at_all(book: str, options: list[str]) -> None:

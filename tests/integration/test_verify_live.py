@@ -448,6 +448,23 @@ def test_probe_check_fails_on_a_wrong_answer(healthy: VllmServer, config_tree: A
     assert "expected '391' with finish_reason stop; saw" in msg, msg
 
 
+def test_weights_check_fails_on_weights_the_profile_does_not_accept(
+    healthy: VllmServer, config_tree: Any, model_dir: Path, tmp_path: Path
+) -> None:
+    """A profile that pins other weights (verify.weights_accept): test_weights names both digests and fails."""
+    pinned = "sha256:" + "5f" * 32
+    config_tree.edit("models/tiny/model.yaml", lambda d: d["verify"].update(weights_accept=[pinned]))
+    out = tmp_path / "r"
+    proc = vfleet(
+        "verify", "--url", healthy.url, "--profile", PROFILE, "--api-key-env", "VF_TEST_KEY", "-k", "test_weights",
+        "--out", str(out), env={"VF_TEST_KEY": API_KEY, "VFLEET_SERVE_CONFIGS": os.environ["VFLEET_SERVE_CONFIGS"]},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    msg = checks(out)["test_weights"]["message"]
+    served = model_manifest.compute(model_dir).digest
+    assert f"have manifest {served}; the profile accepts only {pinned} (verify.weights_accept)" in msg, msg
+
+
 @pytest.mark.parametrize("limit", ["minimum", "baseline"])
 def test_load_check_fails_below_the_profile_limits(
     healthy: VllmServer, full_run: dict[str, Any], config_tree: Any, tmp_path: Path, limit: str
