@@ -83,7 +83,7 @@ def test_weights(target: Target, figures: dict[str, Any]) -> None:
     data = target.client.get_json("/v1/models")
     root = next((m.get("root") for m in data.get("data", []) if m.get("id") == target.client.model), None)
     try:
-        fig = weights.measure(root, target.container)
+        fig = weights.measure(root, target.container, target.url)
     except weights.WeightsError as exc:
         pytest.fail(f"expected the manifest of the served weights (vfleet model manifest); {exc}")
     figures["weights"] = fig.as_dict()

@@ -16,6 +16,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from vfleet.models import manifest as mm
 
@@ -53,10 +54,21 @@ def _in_container(container: str, root: str, timeout_s: float) -> mm.Manifest:
         raise WeightsError(f"`{' '.join(argv)}` printed no manifest statement: {exc}") from None
 
 
-def measure(root: str | None, container: str | None, timeout_s: float = 1800.0) -> WeightsFigure:
-    """The manifest of ROOT where the server reads it (in CONTAINER when given)."""
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def measure(root: str | None, container: str | None, url: str = "", timeout_s: float = 1800.0) -> WeightsFigure:
+    """The manifest of ROOT where the server reads it: in CONTAINER when given, else on this machine, which only a
+    server on this machine (URL on the loopback) reads from: elsewhere a directory of the same name here would be
+    named in its stead."""
     if not root:
         raise WeightsError("/v1/models names no model root, so the weights the server loaded are unknown")
+    host = (urlsplit(url).hostname or "") if url else "localhost"
+    if not container and host not in LOOPBACK:
+        raise WeightsError(
+            f"the server at {url} is not on this machine and no --container was given: its weights ({root}) can "
+            "be read only where it runs; verify with --container NAME [--docker-host URL]"
+        )
     if container:
         m, where = _in_container(container, root, timeout_s), f"container {container}"
     else:

@@ -36,3 +36,10 @@ def test_the_served_directory_is_named_by_its_manifest(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors").write_bytes(b"\x01" * 10)
     f = weights.measure(str(tmp_path), None)
     assert (f.where, f.files, f.bytes) == ("this machine", 1, 10) and f.digest.startswith("sha256:")
+
+
+def test_a_remote_server_without_its_container_is_not_named_from_this_machines_disk(tmp_path: Path) -> None:
+    (tmp_path / "model.safetensors").write_bytes(b"\x01" * 10)  # a directory of the same name, here
+    with pytest.raises(weights.WeightsError, match=r"not on this machine and no --container was given"):
+        weights.measure(str(tmp_path), None, "http://10.0.0.6:8000")
+    assert weights.measure(str(tmp_path), None, "http://127.0.0.1:8000").files == 1
