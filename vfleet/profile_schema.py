@@ -55,6 +55,13 @@ class RuntimeSpec(Strict):
         return v
 
 
+def _check_env_names(v: dict[str, Any]) -> dict[str, Any]:
+    for key in v:
+        if not isinstance(key, str) or not ENV_NAME_RE.match(key):
+            raise ValueError(f"env name {key!r} is not an environment variable name (A-Z, 0-9, _)")
+    return v
+
+
 class Platform(Strict):
     platform: str
     vendor: Literal["amd", "nvidia", "cpu"]
@@ -64,6 +71,14 @@ class Platform(Strict):
     description: str = ""
     detect: DetectSpec = DetectSpec()
     runtime: RuntimeSpec = RuntimeSpec()
+    #: The environment every model served on this platform takes (the first layer of a profile's env:
+    #: the model's files win key by key, and null there removes a key).
+    env: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    @field_validator("env")
+    @classmethod
+    def _env_keys(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _check_env_names(v)
 
 
 class Probe(Strict):
@@ -254,10 +269,7 @@ class Layer(Strict):
     @field_validator("env")
     @classmethod
     def _env_keys(cls, v: dict[str, Any]) -> dict[str, Any]:
-        for key in v:
-            if not isinstance(key, str) or not ENV_NAME_RE.match(key):
-                raise ValueError(f"env name {key!r} is not an environment variable name (A-Z, 0-9, _)")
-        return v
+        return _check_env_names(v)
 
 
 class Profile(Strict):

@@ -2,7 +2,8 @@
 
 Layout of serve_configs/ (every file is YAML):
 
-    platforms/<platform>.yaml          the hardware: vendor, family, arch, GPU count, container runtime needs
+    platforms/<platform>.yaml          the hardware: vendor, family, arch, GPU count, container runtime needs,
+                                       and the env every model served on it takes (the first env layer)
     models/<model>/model.yaml          model defaults: vLLM args, env, verify expectations, platforms
     models/<model>/<family>.yaml       optional: overrides for every platform of a family (rocm, cuda, cpu)
     models/<model>/<arch>.yaml         optional: overrides for every platform of one GPU arch (gfx950, sm_90)
@@ -10,11 +11,11 @@ Layout of serve_configs/ (every file is YAML):
     bases/<vLLM base>.yaml             optional: what a vLLM base (versions.json `bases`) changes for every
                                        profile, e.g. a default whose meaning moved; vllm and env only
 
-Later layers win (model, family, arch, platform, base). In ``vllm``, ``env`` and ``verify`` a mapping merges
-key by key and ``null`` removes a key set by an earlier layer. The ``vllm`` section is vLLM's own
-``--config`` YAML: dash keys, ``true`` for ``--key``, ``false`` for ``--no-key``. What ``vllm`` already
-says, ``verify`` does not repeat: vfleet.profile_verify derives it (max_model_len, attention_backend,
-prefix_cache, graph_mode).
+Later layers win (platform file's env, model, family, arch, platform, base). In ``vllm``, ``env`` and ``verify`` a
+mapping merges key by key and ``null`` removes a key set by an earlier layer. The ``vllm`` section is vLLM's own
+``--config`` YAML: dash keys, ``true`` for ``--key``, ``false`` for ``--no-key``. What ``vllm`` already says,
+``verify`` does not repeat: vfleet.profile_verify derives it (max_model_len, attention_backend, prefix_cache,
+graph_mode).
 
 The pydantic models live in vfleet.profile_schema; their public names are re-exported here.
 """
@@ -261,7 +262,7 @@ class Catalog:
             layers.append(base_layer)
 
         vllm: dict[str, Any] = {}
-        env: dict[str, Any] = {}
+        env: dict[str, Any] = dict(platform.env)
         verify: dict[str, Any] = {}
         waivers: list[Waiver] = []
         production = True

@@ -24,7 +24,8 @@ PINS = pins.load(REPO / "versions.json")
 OTHER = next(v for v, b in PINS.bases.items() if not b.default)  # 0.34.0
 PORT = "0004-glm5next-seed-kernel-tail-block-guard-0.34.0.patch"
 #: The other base's series, in apply order: the ports of the two fixes it is not upstream in.
-OTHER_SERIES = [PORT, "0100-seed002-metadata-reuse-0.34.0.patch"]
+#: 0200 is one file that both bases take unchanged (Bases: 0.30.0, 0.34.0).
+OTHER_SERIES = [PORT, "0100-seed002-metadata-reuse-0.34.0.patch", "0200-shm-broadcast-busy-loop-from-env.patch"]
 
 
 def vfleet(*args: str, home: Path | None = None) -> subprocess.CompletedProcess[str]:

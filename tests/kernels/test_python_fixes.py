@@ -1,4 +1,4 @@
-"""Patches 0002 (#57317) and 0003 (#55222), and the upstream entry seed 000: the GLM-5.3 Python code of
+"""Patches 0002 (#57317), 0003 (#55222) and 0200 (#52814), and the upstream entry seed 000: the GLM-5.3 Python code of
 the vLLM tree imported and exercised (see vllm_tree_probe.py), on the unpatched 0.30.0 tree (the bug
 shows) and on the patched copy (it is gone)."""
 
@@ -30,6 +30,24 @@ def test_indexer_workspace_sized_in_pools(kind: str, fixed: bool) -> None:
     else:
         assert ws["workspace_rows"] == ws["token_sized_rows"], f"{kind}: {ws}"
     print(f"{kind}: gather workspace {ws['workspace_gib']:.2f} GiB (token-sized {ws['token_sized_gib']:.2f} GiB)")
+
+
+SHM_CASES = trees.kinds("0200")
+
+
+@pytest.mark.parametrize(("kind", "fixed"), SHM_CASES, ids=trees.ids(SHM_CASES))
+def test_shm_busy_loop_follows_the_environment(kind: str, fixed: bool) -> None:
+    """Patch 0200 (vllm-project/vllm#52814): a shared-memory queue reader spins for
+    VLLM_SHM_BROADCAST_BUSY_LOOP_S seconds after each read; unset keeps 1 s; a bad value is refused by name.
+    Unpatched, the window is 1 s whatever the variable says."""
+    facts = trees.python_probe(trees.tree(kind))["shm_busy_loop"]
+    assert "error" not in facts, facts
+    assert facts["unset"] == 1, f"{kind}: {facts}"
+    if fixed:
+        assert (facts["0.25"], facts["0"]) == (0.25, 0), f"{kind}: {facts}"
+        assert "VLLM_SHM_BROADCAST_BUSY_LOOP_S='soon'" in facts["bad"]["refused"], f"{kind}: {facts}"
+    else:
+        assert (facts["0.25"], facts["0"], facts["bad"]) == (1, 1, 1), f"{kind}: {facts}"
 
 
 @pytest.mark.skipif(bool(os.environ.get(trees.VERIFY_ENV)), reason="seed 000 is checked on the pinned base only")

@@ -6,6 +6,9 @@ the pure-Python patches change. Run in its own process per tree: `python vllm_tr
 - workspace: the real GLM-5.3 `Indexer` built for max_model_len 1,048,576 and index_kpool 4; the rows
   and bytes of its prefill gather workspace next to the token-sized figure (#55222: a quarter of it).
 - seed000: prepare_attn forwards positions; KpoolTailMetadataBuilder owns a persistent output buffer.
+- shm_busy_loop: a shared-memory queue reader's busy-wait window (SpinCondition.busy_loop_s) with
+  VLLM_SHM_BROADCAST_BUSY_LOOP_S unset, at 0.25 and at 0, and what a bad value does (patch 0200: the
+  window follows the variable; unset keeps vLLM's 1 s; a bad value is refused by name).
 """
 
 from __future__ import annotations
@@ -212,6 +215,32 @@ def _tail_builder_is_graph_stable(builder_cls: Any) -> bool:
     return ptrs[0] == ptrs[1]
 
 
+def shm_busy_loop(tree: Path) -> dict[str, Any]:
+    import zmq
+    from vllm.distributed.device_communicators.shm_broadcast import SpinCondition
+
+    ctx = zmq.Context()
+    out: dict[str, Any] = {}
+    try:
+        for label, value in (("unset", None), ("0.25", "0.25"), ("0", "0"), ("bad", "soon")):
+            os.environ.pop("VLLM_SHM_BROADCAST_BUSY_LOOP_S", None)
+            if value is not None:
+                os.environ["VLLM_SHM_BROADCAST_BUSY_LOOP_S"] = value
+            with tempfile.TemporaryDirectory(prefix="vfleet-probe-zmq-") as tmp:
+                try:
+                    cond = SpinCondition(is_reader=True, context=ctx, notify_address=f"ipc://{tmp}/notify")
+                except ValueError as exc:
+                    out[label] = {"refused": str(exc)}
+                    continue
+                out[label] = cond.busy_loop_s
+                for sock in (cond.local_notify_socket, cond.read_cancel_socket, cond.write_cancel_socket):
+                    sock.close(linger=0)
+    finally:
+        os.environ.pop("VLLM_SHM_BROADCAST_BUSY_LOOP_S", None)
+        ctx.term()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tree", required=True, type=Path)
@@ -224,7 +253,13 @@ def main() -> int:
 
     assert Path(vllm.__file__).resolve().is_relative_to(tree), (vllm.__file__, tree)
     out: dict[str, Any] = {"tree": str(tree)}
-    for name, fn in (("tail_spec", tail_spec), ("workspace", workspace), ("seed000", seed000)):
+    probes = (
+        ("tail_spec", tail_spec),
+        ("workspace", workspace),
+        ("seed000", seed000),
+        ("shm_busy_loop", shm_busy_loop),
+    )
+    for name, fn in probes:
         try:
             out[name] = fn(tree)
         except Exception as exc:  # reported, and the test that needs it fails with this message

@@ -44,6 +44,24 @@ def test_layers_merge_in_order() -> None:
     ]
 
 
+def test_the_platform_env_is_the_first_layer(config_tree: ConfigTree) -> None:
+    """platforms/<p>.yaml env reaches every model served there; a model layer overrides a key or removes it."""
+    tiny = Catalog().load("tiny/cpu")
+    assert tiny.env["TORCHDYNAMO_DISABLE"] == "1" and tiny.env["VLLM_TARGET_DEVICE"] == "cpu"
+    assert (
+        Catalog().load("smollm2-135m/cpu").env["VLLM_SHM_BROADCAST_BUSY_LOOP_S"]
+        == tiny.env["VLLM_SHM_BROADCAST_BUSY_LOOP_S"]
+    )
+    config_tree.edit(
+        "models/tiny/model.yaml", lambda d: d["env"].update(TORCHDYNAMO_DISABLE="0", VLLM_TARGET_DEVICE=None)
+    )
+    tiny = Catalog().load("tiny/cpu")
+    assert tiny.env["TORCHDYNAMO_DISABLE"] == "0" and "VLLM_TARGET_DEVICE" not in tiny.env
+    config_tree.edit("platforms/cpu.yaml", lambda d: d["env"].update({"bad-name": "1"}))
+    with pytest.raises(ProfileError, match="bad-name"):
+        Catalog().load("tiny/cpu")
+
+
 def test_each_fact_is_written_once() -> None:
     """No (key, value) of a model layer is repeated by a layer above it."""
     root = REPO / "serve_configs" / "models"
