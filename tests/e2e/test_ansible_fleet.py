@@ -34,7 +34,7 @@ from vfleet.fleet.ansible import playbook_argv, run_playbook
 from vfleet.paths import profiles_digest
 from vfleet.testing import testfleet
 from vfleet.testing.docker import docker
-from vfleet.testing.images import build_fake_images, build_node_image, cache_dir
+from vfleet.testing.images import FAKE_REPO, build_fake_images, build_node_image, cache_dir
 
 pytestmark = pytest.mark.slow
 
@@ -156,7 +156,7 @@ class Ctx:
         return docker("exec", self.fleet.lb.name, "cat", LOCK, check=False)
 
 
-FAKE = "vfleet-fake-r2"
+FAKE = FAKE_REPO
 
 
 def labelled_fake(variant: str, source: str, label: str) -> str:
@@ -310,7 +310,7 @@ def test_percent_batches_and_a_pull_plan_with_a_zone_mirror_run_as_printed(ctx: 
     for n in ctx.names:
         ctx.assert_on(n, "good-3")
     for n in zone_nodes:
-        assert ctx.record(n)["image"].startswith(fleet.mirror_addr + "/vfleet-fake-r2@sha256:"), ctx.record(n)
+        assert ctx.record(n)["image"].startswith(fleet.mirror_addr + "/" + FAKE + "@sha256:"), ctx.record(n)
     assert ctx.record(n1)["image"].startswith(fleet.registry_addr + "/")
 
     def blobs(variant: str) -> set[str]:
@@ -420,9 +420,21 @@ def test_canary_failing_boot_verify_goes_back_and_stops(ctx: Ctx) -> None:
     ctx.assert_on(canary, "good-1")
     assert ctx.snapshot()[canary][0] != before[canary][0], "the canary was never swapped"
     failure = ctx.record(canary)["last_failure"]
+    assert ctx.record(canary)["failures"][-1] == failure, ctx.record(canary).get("failures")
     assert failure["target"].startswith(ctx.refs["noverify"].rsplit(":", 1)[0])
     # The evidence outlives the failed container: its whole log, on the controller, named by the record.
     assert failure["log"] and Path(failure["log"]).is_file(), failure
+    # stdout and stderr as lines, in the order written (each starts with docker's timestamp), none joined.
+    kept = Path(failure["log"]).read_text()
+    lines = kept.splitlines()
+    assert lines and lines == sorted(lines) and "\\n" not in kept, kept[-2000:]
+    assert all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z ", ln) for ln in lines), kept[-2000:]
+    said = [ln.split(" ", 1)[1] for ln in lines]
+    starting, fault, serving = (i for i, ln in enumerate(said) if "[standin.py:" in ln)
+    assert starting < fault < serving and "stand-in fault" in said[fault], said  # stderr between stdout lines
+    # The message names the first fault the log check found, and where the whole log is.
+    assert "first fault in its log: line " in text and "stand-in fault: this variant fails boot-verify" in text
+    assert f"its whole log: {failure['log']}" in text, proc.stdout[-3000:]
     for n in rest:
         assert ctx.snapshot()[n] == before[n], f"{n} was touched after the canary failed"
     assert not ctx.lock_file(), "the CLI did not release the lock of its failed run"
@@ -476,6 +488,33 @@ def test_failure_in_second_batch_stops_the_rollout(ctx: Ctx) -> None:
     # Put n1 and n2 back on good-1 for the scenarios that follow.
     proc = ctx.cli("rollback_two_nodes", "rollback", "--limit", f"{n1},{n2}")
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+@pytest.mark.injected_fault
+def test_a_container_that_failed_boot_verify_never_goes_back_to_the_pool(ctx: Ctx) -> None:
+    """A swap to the image the node ran (its serving container stopped out of band, as a node left mid-swap
+    is found) whose fresh container fails boot-verify: the rescue may not keep that container because it
+    runs the previous image and answers /health. It starts another fresh one and boot-verifies it; that
+    fails too (the fault is the node's), so the node stays out of the pool and the run says so. Without the
+    fault, the same rollout boot-verifies the node and puts it back (issue 33, item 5)."""
+    n2 = ctx.names[1]
+    ctx.fleet.node_docker(n2, "stop", "--time", "5", "vfleet-serve")
+    stopped_id = ctx.fleet.serving(n2)["Id"]
+    fault = {"vfleet_node_verify_argv": [sys.executable, "-c", "raise SystemExit('injected boot-verify failure')"]}
+    testfleet.write_inventory(ctx.fleet, extra_vars=STANDIN_VARS, host_vars={n2: fault})
+    try:
+        proc = ctx.cli("same_image_fails_verify", "rollout", "--image", ctx.refs["good-1"], "--limit", n2)
+    finally:
+        testfleet.write_inventory(ctx.fleet, extra_vars=STANDIN_VARS)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    text = flat(proc.stdout)
+    assert "failed at Boot-verify" in text and "OUT OF THE POOL" in text, proc.stdout[-3000:]
+    assert ctx.lb_status()[n2] != "UP", "a container that failed boot-verify is back in the pool"
+    assert ctx.fleet.serving(n2)["Id"] != stopped_id, "the swap started no container"
+    assert ctx.record(n2)["state"] == "swapping"
+    proc = ctx.cli("same_image_after_fix", "rollout", "--image", ctx.refs["good-1"], "--limit", n2)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    ctx.assert_on(n2, "good-1")
 
 
 @pytest.mark.injected_fault
@@ -613,8 +652,14 @@ def test_fleet_verify_judges_each_node_out_of_the_pool(ctx: Ctx) -> None:
     held = ctx.record(n3)["out_of_pool"]
     assert held["why"] == "failed verify" and held["report"], held
     assert ctx.record(n3)["last_verify"]["passed"] is False
+    # The server's log is kept beside the report although the node goes on serving (out of the pool).
+    kept = ctx.record(n3)["last_verify"]["log"]
+    assert kept == f"{held['report']}/container.log" and Path(kept).is_file(), ctx.record(n3)["last_verify"]
+    assert f"its whole log: {kept}" in text, proc.stdout[-3000:]
     status = flat(ctx.cli("status_after_failed_verify", "status").stdout)
     assert f"OUT OF THE POOL: failed verify (run {held['run_id']})" in status, status[-3000:]
+    # The canary's failed swaps (earlier scenarios) stay in its record's short history, and status shows them.
+    assert len(ctx.record(n1)["failures"]) >= 2 and "FAILED SWAPS: " in status, status[-3000:]
     assert not ctx.lock_file(), "a failed verify left the fleet lock"
     # Every node again, at most 2 out at once: n3 comes back, n4 cannot be drained.
     proc = ctx.cli("verify_all", "verify", "--max-out-of-pool", "2", vfleet_lb_drain_timeout_s=3)
@@ -707,6 +752,36 @@ def _wedge_port(ctx: Ctx, node: str, ref: str, port: int = 8000, tries: int = 40
 
 
 @pytest.mark.injected_fault
+@pytest.mark.injected_fault
+def test_a_node_whose_daemon_dies_mid_swap_is_named_and_a_rerun_finishes_it(ctx: Ctx) -> None:
+    """n4's Docker daemon (the whole Docker-in-Docker node) is killed while the swap waits for the new
+    container's /health: the run says in words that the node's daemon went away, what to run next, and that
+    the node is out of the pool; once the node is back, the same rollout finishes the swap (issue 33)."""
+    n4 = ctx.names[3]
+    argv = [sys.executable, "-m", "vfleet", "fleet", "rollout", "--name", ctx.fleet.name]
+    argv += ["--image", ctx.refs["unhealthy"], "--limit", n4]
+    for k, v in {**FAST, "vfleet_node_health_timeout": 120}.items():
+        argv += ["-e", f"{k}={json.dumps(v)}"]
+    bg = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    unhealthy, deadline = ctx.image_id("unhealthy"), time.monotonic() + 120
+    while time.monotonic() < deadline and (ctx.fleet.serving(n4) or {}).get("Image") != unhealthy:
+        time.sleep(0.3)
+    assert (ctx.fleet.serving(n4) or {}).get("Image") == unhealthy, "the swap never started the new container"
+    docker("kill", n4)
+    out, _ = bg.communicate(timeout=300)
+    assert bg.returncode != 0, out[-3000:]
+    text = flat(out)
+    assert "the node's Docker daemon went away during this step" in text, out[-3000:]
+    assert "systemctl start docker" in text and "run the same rollout again" in text, out[-3000:]
+    assert "OUT OF THE POOL" in text, out[-3000:]
+    assert ctx.lb_status()[n4] != "UP"
+    docker("start", n4)
+    testfleet.wait_dockerd(n4)
+    proc = ctx.cli("daemon_gone_rerun", "rollout", "--image", ctx.refs["good-1"], "--limit", n4)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    ctx.assert_on(n4, "good-1")
+
+
 def test_a_node_killed_while_starting_its_container_names_the_daemon_restart(ctx: Ctx) -> None:
     """A node's dockerd killed between a container's create and start keeps the host port allocated
     after it comes back, with no container publishing it; the swap cannot start the serving container

@@ -393,6 +393,16 @@ def test_a_node_restored_after_a_failed_swap_is_not_green_and_links_the_evidence
     assert cell.href == "" and "is not on this controller" in cell.why
     # A later successful deploy writes a record without last_failure: green again.
     assert fleet_html.node_cells({**row, "last_failure": {}})["record"].state == "ok"
+    # The record's short history (failures, oldest first, the last one included): the cell counts the earlier
+    # ones and lists them newest first, and keeps them readable once the node is green again.
+    older = {**failure, "target": "r/y@sha256:" + "3" * 64, "error": "Start the image: exit 125", "at": "2026-12-02"}
+    cell = fleet_html.node_cells({**row, "failures": [older, failure]})["record"]
+    assert cell.state == "bad" and "1 earlier failed swap(s) kept" in cell.text, cell
+    assert "2026-12-02 to r/y@sha256:3333" in cell.why and "Start the image: exit 125" in cell.why, cell.why
+    cell = fleet_html.node_cells({**row, "last_failure": {}, "failures": [older, failure]})["record"]
+    assert cell.state == "ok" and "2 earlier failed swap(s) kept" in cell.text, cell
+    first, second = cell.why.splitlines()[:2]
+    assert first.startswith("2026-12-03T10:00Z to r/x") and second.startswith("2026-12-02 to r/y"), cell.why
 
 
 def test_the_last_boot_verify_cell_recomputes_the_verdict_from_checks_and_signature(tmp_path: Path) -> None:

@@ -172,6 +172,7 @@ def _record(row: dict[str, Any]) -> Cell:
         return Cell("record NOT TRUSTED", "bad", problem[:400])
     state = str(row.get("record_state") or "")
     failure = row.get("last_failure") or {}
+    history = _failures(row)
     if state == "deployed" and failure:
         # Back on its previous image after a failed swap (restore.yml): serving, but the swap the operator
         # asked for did not happen. The cell links the evidence the rescue kept.
@@ -184,14 +185,37 @@ def _record(row: dict[str, Any]) -> Cell:
         why = f"{failure.get('at') or ''} {failure.get('error') or ''}".strip()
         if evidence and not href:
             why += f" (its evidence {evidence} is not on this controller)"
-        return Cell(text.strip(), "bad", why[:400], href)
+        earlier = history[:-1] if history and history[-1] == failure else history
+        if earlier:
+            text += f"\n{len(earlier)} earlier failed swap(s) kept"
+        return Cell(text.strip(), "bad", (why[:400] + _history_lines(earlier))[:1200], href)
     if state == "deployed":
+        if history:
+            # Green (the last swap went through), but the node's recent failures stay readable.
+            text = f"deployed {row.get('updated_at') or ''}".strip() + f"\n{len(history)} earlier failed swap(s) kept"
+            return Cell(text, "ok", _history_lines(history).strip()[:1200])
         return Cell(f"deployed {row.get('updated_at') or ''}".strip(), "ok")
     if state == "swapping":
         return Cell("swapping", "bad", f"a swap to {row.get('moving_to') or '?'} did not finish")
     if state:
         return Cell(state, "bad", json.dumps(failure)[:300] if failure else "")
     return html.unknown("no deployment record on the node")
+
+
+def _failures(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The record's short history of failed swaps (restore.yml keeps the last few), oldest first."""
+    raw = row.get("failures")
+    return [f for f in raw if isinstance(f, dict)] if isinstance(raw, list) else []
+
+
+def _history_lines(history: list[dict[str, Any]]) -> str:
+    """One line per failed swap, newest first: when, to what, the step and its error, where its log is."""
+    lines = [
+        f"{f.get('at') or '?'} to {_short(str(f.get('target') or '?'))}: {str(f.get('error') or '?')[:160]}"
+        + (f" (log {f['log']})" if f.get("log") else "")
+        for f in reversed(history)
+    ]
+    return "".join(f"\n{line}" for line in lines)
 
 
 def _gates(row: dict[str, Any]) -> Cell:

@@ -33,7 +33,8 @@ NODE_PACKAGES = [
     "haproxy",
     "socat",
 ]
-FAKE_REPO = "vfleet-fake-r2"
+#: The revision suffix changes with FAKE_START: images are rebuilt only when their tag is missing.
+FAKE_REPO = "vfleet-fake-r3"
 #: variant -> (serves /health, serves /verify, vllm:num_requests_running)
 FAKE_VARIANTS: dict[str, tuple[bool, bool, int]] = {
     "good-1": (True, True, 0),
@@ -76,6 +77,7 @@ FAKE_START = """#!/bin/busybox sh
 echo 'vllm:num_requests_running{{model_name="tiny"}} {running}' > /www/metrics
 echo 'vllm:num_requests_waiting{{model_name="tiny"}} 0' >> /www/metrics
 echo '{variant}' > /www/variant
+{log}
 /bin/busybox httpd -f -p 8000 -h /www &
 # PID 1 ignores a signal it has no handler for: stop on SIGTERM as a server would.
 trap 'kill $!; exit 0' TERM INT
@@ -131,6 +133,20 @@ def build_fake_images(tag_prefix: str = FAKE_REPO, node_image: str = NODE_IMAGE)
                     health="echo ok > /www/health" if health else "# no /health: never becomes healthy",
                     verify="echo verified > /www/verify" if verify else "# no /verify: boot-verify stand-in fails",
                     running=running,
+                    # A server log on both streams: a variant that fails boot-verify writes a fault line on
+                    # stderr between two stdout lines, as vLLM would (the kept log's order, the first fault).
+                    log="\n".join(
+                        [
+                            f"echo 'INFO 12-06 00:00:00 [standin.py:1] stand-in {variant} starting'",
+                            "/bin/busybox sleep 0.01",
+                            "echo 'ERROR 12-06 00:00:00 [standin.py:2] stand-in fault: this variant fails "
+                            "boot-verify' >&2"
+                            if not verify
+                            else "# no fault line: this variant passes boot-verify",
+                            "/bin/busybox sleep 0.01",
+                            f"echo 'INFO 12-06 00:00:00 [standin.py:3] stand-in {variant} serving on port 8000'",
+                        ]
+                    ),
                 )
             )
             (ctx / f"Dockerfile.{variant}").write_text(

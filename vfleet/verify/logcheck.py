@@ -132,6 +132,7 @@ __all__ = [
     "check_faults",
     "check_graph_mode",
     "check_kv_tokens",
+    "describe_event",
     "graph_mode_per_model",
     "kv_tokens",
     "parse",
@@ -214,7 +215,7 @@ def scan_faults(log: str | ParsedLog, graphs_expected: bool = True) -> FaultScan
     return FaultScan(denied, allowed)
 
 
-def _describe(ev: Event) -> str:
+def describe_event(ev: Event) -> str:
     """`line N [families]: the line`. A traceback is named by its first line (the record that introduces
     it) and the exception that ended it, its type and message (and the first one raised, when a chain
     started elsewhere); another event by the line that best shows the fault (the first with a runtime
@@ -246,7 +247,7 @@ def check_faults(log: str | ParsedLog, graphs_expected: bool = True) -> Finding:
     parsed = as_log(log)
     scan = scan_faults(parsed, graphs_expected)
     if scan.denied:
-        seen = [_describe(ev) for ev in scan.denied]
+        seen = [describe_event(ev) for ev in scan.denied]
         more = f"\n  (and {len(seen) - 8} more)" if len(seen) > 8 else ""
         finding = Finding(
             "faults",
