@@ -7,7 +7,8 @@ and the HAProxy balancer that `lb.yml` sets up.
 Every step is the operator's CLI (`vfleet fleet rollout|rollback|verify|status`), with the real
 `vfleet verify` on every node (no stand-in) and the promotion check on throughout (each build is
 promoted first, from a boot-verify of it on the controller, the way a staging node would). A load
-generator sends steady streaming completions through the balancer for the whole sequence after the first deploy:
+generator sends steady streaming completions through the balancer for the whole sequence after the first deploy
+(two streams, 16 tokens each, 0.5 s apart):
 
   the supply-chain gate refuses A unsigned, then A with its SBOM changed after signing (no node pulls)
   -> deploy A, signed -> roll out B -> roll back (to A, through the gates) -> verify -> re-run A (no-op)
@@ -391,10 +392,14 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
     # this test's promotions file), which every run on it says and records (issue 31).
     overrides = {sw.line() for sw in fleet_inventory.switches().values() if sw.skips_when == "set"}
     assert [set(r["not_checked"]) for r in rows] == [overrides] * NODES, "deploy A ran with a gate switched off"
-    # One request at a time with pauses: vLLM's workers busy-poll for 1 s after each request, and a
-    # node that never idles would starve its neighbours' boots on 2 cores.
+    # Two client streams, one request at a time each, 16 streamed tokens, 0.5 s apart: the load under which
+    # fresh containers used to die (issue 33). It holds on 2 cores since vLLM's workers no longer busy-poll
+    # for 1 s after each request (patch 0200, the cpu platform's VLLM_SHM_BROADCAST_BUSY_LOOP_S) and no
+    # request compiles (TORCHDYNAMO_DISABLE).
     api_key = life.fleet.api_key_file.read_text().strip()
-    life.load = LoadGen(url=life.fleet.lb_url, model="tiny", api_key=api_key, concurrency=1, pause_s=2.5).start()
+    life.load = LoadGen(
+        url=life.fleet.lb_url, model="tiny", api_key=api_key, concurrency=2, pause_s=0.5, max_tokens=16
+    ).start()
     deadline = time.monotonic() + 60
     while life.load.counts()["sent"] == 0 and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -510,6 +515,7 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
 
     # Over the whole sequence: no request failed, was cut short or came back empty.
     total = traffic["total"]
+    print(f"client requests over the walk (2 streams): {json.dumps(total)}; by node: {traffic['by_backend']}")
     assert total["sent"] > 100, total
     assert total["failed"] == 0 and total["truncated"] == 0 and total["empty"] == 0, traffic["problems"]
     assert total["completed"] == total["sent"], total
