@@ -24,6 +24,8 @@
 #   run(command="bash benchmarks/h200_answers.sh stage", carry=[".cache/h200a/p1"])   # ... p(N-1)
 #   run(command="bash benchmarks/h200_answers.sh stage setup graph-1 eager-1", carry=[".cache/h200a/pN"])
 #   run(command="bash benchmarks/h200_answers.sh graph-2 eager-2 faults-eager")
+#   verify-graph / verify-eager  (device) serve, the whole `vfleet verify` of the profile, stop (its report.json
+#            under $OUT/verify-MODE): test_first_request and test_weights on a GPU server
 # Each call's outputs: $OUT/results.tar (per-boot json, server logs, env.txt). Then here:
 #   .venv/bin/python benchmarks/bench_answers_gpu.py report DIR... --json FILE
 set -uo pipefail
@@ -168,6 +170,19 @@ PYEOF
   unset VFLEET_NUMFAULT_FILE
 }
 
+verify_boot() {  # verify MODE: serve, the whole boot-verify (`vfleet verify`, its report under $OUT), stop
+  # The checkout's home: versions.json pins 0.30.0, so test_version fails against the device's 0.26.0 (expected,
+  # and read as such); the run is for the checks that read the GPU server itself: test_first_request (does the
+  # first sampling request compile: on a GPU a Triton JIT) and test_weights (the manifest of /models/smollm2-135m).
+  local mode=$1 label="verify-$1" extra=()
+  [ "$mode" = eager ] && extra=(--enforce-eager)
+  serve "$label" "${extra[@]}" || { stop "$label"; return 1; }
+  log "vfleet verify --url $URL --profile $PROFILE --log $WORK/boot-$label.log"
+  timeout 500 "$PY" -m vfleet verify --url "$URL" --profile "$PROFILE" --log "$WORK/boot-$label.log" \
+    --out "$OUT/$label" 2>&1 | tail -40
+  stop "$label"
+}
+
 collect() {  # everything this call wrote, as one tar under $OUT and nothing else (the tool brings back 8 files)
   tar -C "$OUT" -cf "$WORK/results.tar" --exclude results.tar . && rm -rf "${OUT:?}"/* && mv "$WORK/results.tar" "$OUT/"
 }
@@ -180,6 +195,7 @@ for step in "$@"; do
     setup) setup_answers || rc=1 ;;
     graph-* | eager-*) boot "${step%%-*}" "${step#*-}" || rc=1 ;;
     faults-graph | faults-eager) faults "${step#faults-}" || rc=1 ;;
+    verify-graph | verify-eager) verify_boot "${step#verify-}" || rc=1 ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
   [ $rc -ne 0 ] && break

@@ -14,7 +14,7 @@ import time
 import pytest
 from conftest import REPO
 
-from vfleet.dockerd import daemon_up, ensure_dockerd
+from vfleet.dockerd import PID_FILE, daemon_up, ensure_dockerd
 from vfleet.testing.docker import ids_by_label
 from vfleet.testing.testfleet import LABEL
 
@@ -22,13 +22,14 @@ pytestmark = pytest.mark.slow
 
 
 def _stop_dockerd(timeout: float = 120) -> None:
-    """SIGTERM every dockerd on this machine and wait until the socket no longer answers."""
-    pids = subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True, text=True, check=False).stdout.split()
-    for pid in pids:
-        os.kill(int(pid), signal.SIGTERM)
+    """SIGTERM the dockerd that serves this machine's socket (the one of its pid file, /var/run/docker.pid,
+    which ensure_dockerd started where none ran) and wait until the socket no longer answers. Any other
+    dockerd on the host (a test fleet node's, inside its container) is left alone."""
+    pid = int(PID_FILE.read_text().strip())
+    os.kill(pid, signal.SIGTERM)  # ProcessLookupError: the pid file is stale, and the socket's daemon is another
     deadline = time.monotonic() + timeout
     while daemon_up():
-        assert time.monotonic() < deadline, f"dockerd (pids {pids}) still answers {timeout:.0f} s after SIGTERM"
+        assert time.monotonic() < deadline, f"dockerd (pid {pid}) still answers {timeout:.0f} s after SIGTERM"
         time.sleep(1)
 
 
