@@ -768,15 +768,18 @@ def test_a_node_whose_daemon_dies_mid_swap_is_named_and_a_rerun_finishes_it(ctx:
         time.sleep(0.3)
     assert (ctx.fleet.serving(n4) or {}).get("Image") == unhealthy, "the swap never started the new container"
     docker("kill", n4)
-    out, _ = bg.communicate(timeout=300)
-    assert bg.returncode != 0, out[-3000:]
-    text = flat(out)
-    assert "the node's Docker daemon went away during this step" in text, out[-3000:]
-    assert "systemctl start docker" in text and "run the same rollout again" in text, out[-3000:]
-    assert "OUT OF THE POOL" in text, out[-3000:]
-    assert ctx.lb_status()[n4] != "UP"
-    docker("start", n4)
-    testfleet.wait_dockerd(n4)
+    try:
+        out, _ = bg.communicate(timeout=300)
+        (cache_dir() / "scenario-logs" / "daemon_gone.log").write_text(out)
+        assert bg.returncode != 0, out[-3000:]
+        text = flat(out)
+        assert "the Docker daemon of the node went away during this step" in text, out[-6000:]
+        assert "systemctl start docker" in text and "run the same rollout again" in text, out[-3000:]
+        assert "OUT OF THE POOL" in text, out[-3000:]
+        assert ctx.lb_status()[n4] != "UP"
+    finally:
+        docker("start", n4)
+        testfleet.wait_dockerd(n4)
     proc = ctx.cli("daemon_gone_rerun", "rollout", "--image", ctx.refs["good-1"], "--limit", n4)
     assert proc.returncode == 0, proc.stdout[-3000:]
     ctx.assert_on(n4, "good-1")

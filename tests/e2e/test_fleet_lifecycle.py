@@ -358,7 +358,7 @@ def _refused_before_any_pull(life: Lifecycle, proc: subprocess.CompletedProcess[
 
 
 @pytest.mark.timeout(3600)
-def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
+def test_lifecycle_under_live_traffic(life: Lifecycle, capsys: pytest.CaptureFixture[str]) -> None:
     n1, n2 = life.names  # the canary, then a batch
     ref_a = life.refs["A"]
     unsigned = ["--allow-unsigned"]  # B has no build record to sign; the test fleet allows it
@@ -515,7 +515,8 @@ def test_lifecycle_under_live_traffic(life: Lifecycle) -> None:
 
     # Over the whole sequence: no request failed, was cut short or came back empty.
     total = traffic["total"]
-    print(f"client requests over the walk (2 streams): {json.dumps(total)}; by node: {traffic['by_backend']}")
+    with capsys.disabled():  # in the test output of a passing run too
+        print(f"\nclient requests over the walk (2 streams): {json.dumps(total)}; by node: {traffic['by_backend']}")
     assert total["sent"] > 100, total
     assert total["failed"] == 0 and total["truncated"] == 0 and total["empty"] == 0, traffic["problems"]
     assert total["completed"] == total["sent"], total
