@@ -432,6 +432,15 @@ def test_skipped_log_and_gpu_checks_fail_a_production_profile(
     assert not reg.exists()
 
 
+def _verify_edited(server: VllmServer, select: str, out: Path) -> subprocess.CompletedProcess[str]:
+    """`vfleet verify -k SELECT` of the server under the test's edited copy of serve_configs/ (config_tree)."""
+    env = {"VF_TEST_KEY": API_KEY, "VFLEET_SERVE_CONFIGS": os.environ["VFLEET_SERVE_CONFIGS"]}
+    return vfleet(
+        "verify", "--url", server.url, "--profile", PROFILE, "--api-key-env", "VF_TEST_KEY", "-k", select,
+        "--out", str(out), env=env,
+    )  # fmt: skip
+
+
 def test_probe_check_fails_on_a_wrong_answer(healthy: VllmServer, config_tree: Any, tmp_path: Path) -> None:
     """A wide-margin probe the random-weight model cannot answer: the probe check must fail on it."""
     config_tree.edit(
@@ -439,10 +448,7 @@ def test_probe_check_fails_on_a_wrong_answer(healthy: VllmServer, config_tree: A
         lambda d: d["verify"].update(probes=[{"prompt": "What is 17 times 23? Only the number.", "expect": "391"}]),
     )
     out = tmp_path / "r"
-    proc = vfleet(
-        "verify", "--url", healthy.url, "--profile", PROFILE, "--api-key-env", "VF_TEST_KEY", "-k", "probes",
-        "--out", str(out), env={"VF_TEST_KEY": API_KEY, "VFLEET_SERVE_CONFIGS": os.environ["VFLEET_SERVE_CONFIGS"]},
-    )  # fmt: skip
+    proc = _verify_edited(healthy, "probes", out)
     assert proc.returncode == 1, proc.stdout[-2000:]
     msg = checks(out)["test_probes"]["message"]
     assert "expected '391' with finish_reason stop; saw" in msg, msg
@@ -455,10 +461,7 @@ def test_weights_check_fails_on_weights_the_profile_does_not_accept(
     pinned = "sha256:" + "5f" * 32
     config_tree.edit("models/tiny/model.yaml", lambda d: d["verify"].update(weights_accept=[pinned]))
     out = tmp_path / "r"
-    proc = vfleet(
-        "verify", "--url", healthy.url, "--profile", PROFILE, "--api-key-env", "VF_TEST_KEY", "-k", "test_weights",
-        "--out", str(out), env={"VF_TEST_KEY": API_KEY, "VFLEET_SERVE_CONFIGS": os.environ["VFLEET_SERVE_CONFIGS"]},
-    )  # fmt: skip
+    proc = _verify_edited(healthy, "test_weights", out)
     assert proc.returncode == 1, proc.stdout[-2000:]
     msg = checks(out)["test_weights"]["message"]
     served = model_manifest.compute(model_dir).digest
@@ -483,10 +486,7 @@ def test_load_check_fails_below_the_profile_limits(
         want = "(baseline"
     config_tree.edit("models/tiny/model.yaml", lambda d: d["verify"]["load"].update(load))
     out = tmp_path / "r"
-    proc = vfleet(
-        "verify", "--url", healthy.url, "--profile", PROFILE, "--api-key-env", "VF_TEST_KEY", "-k", "load",
-        "--out", str(out), env={"VF_TEST_KEY": API_KEY, "VFLEET_SERVE_CONFIGS": os.environ["VFLEET_SERVE_CONFIGS"]},
-    )  # fmt: skip
+    proc = _verify_edited(healthy, "load", out)
     assert proc.returncode == 1, proc.stdout[-2000:]
     msg = checks(out)["test_load[C1]"]["message"]
     assert want in msg, msg
