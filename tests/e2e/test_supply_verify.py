@@ -314,3 +314,23 @@ def _fleet_page_provenance(signed: dict[str, Any], store: Path, by_digest: str, 
     rows = [{**base, "node": "n", "image": by_digest}]
     fleet_provenance(rows, statements.Keyring(), store, ROOT)
     assert rows[0]["provenance"]["status"] == "unknown" and "no trusted key" in rows[0]["provenance"]["detail"]
+
+
+def test_a_second_record_of_the_same_image_reads_syfts_kept_output(signed: dict[str, Any]) -> None:
+    """syft's output is kept by image id, reference and syft version: the fixture's records wrote it, a
+    record made again reads it (a mark planted in the kept file reaches the SBOM), and another image (B)
+    never gets A's entry. A damaged entry is scanned again, not trusted."""
+    from vfleet.supply.sbom import run_syft, syft_cache_path
+
+    kept_a, kept_b = syft_cache_path(REF_A), syft_cache_path(REF_B)
+    assert kept_a is not None and kept_b is not None and kept_a != kept_b
+    assert kept_a.is_file() and kept_b.is_file(), "the fixture's records did not keep syft's output"
+    doc = json.loads(kept_a.read_text())
+    doc["vfleet-test-mark"] = "kept"
+    kept_a.write_text(json.dumps(doc))
+    assert run_syft(REF_A).get("vfleet-test-mark") == "kept"
+    assert "vfleet-test-mark" not in run_syft(REF_B)
+    kept_a.write_text("{cut")
+    fresh = run_syft(REF_A)
+    assert "vfleet-test-mark" not in fresh and fresh["components"], "a damaged entry was not scanned again"
+    assert json.loads(kept_a.read_text()) == fresh
