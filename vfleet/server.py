@@ -232,7 +232,7 @@ class ContainerServer:
         name_prefix: str = "vfleet-demo",
         labels: dict[str, str] | None = None,
     ) -> None:
-        import secrets
+        import secrets  # noqa: PLC0415
 
         self.profile = profile
         self.model_path = Path(model_path).resolve()
@@ -261,7 +261,7 @@ class ContainerServer:
 
     def launch(self) -> ContainerServer:
         """`docker run` the container and return at once (several can then boot side by side)."""
-        import tempfile
+        import tempfile  # noqa: PLC0415
 
         fd, env_path = tempfile.mkstemp(prefix="vfleet-demo-", suffix=".env")
         try:

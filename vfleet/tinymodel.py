@@ -65,7 +65,7 @@ WORDS = tuple(
 
 def _corpus() -> Iterator[str]:
     """Generated local text (seeded, independent of the checkout), so the tokenizer is reproducible."""
-    import random
+    import random  # noqa: PLC0415
 
     rng = random.Random(SEED)
     for _ in range(400):
@@ -101,9 +101,9 @@ def build(out: Path | None = None, force: bool = False, variant: str = "random")
     if out.is_dir() and any(out.iterdir()) and not (out / STAMP).exists():
         raise VfleetError(f"{out} is a non-empty directory without a vfleet model stamp; pick an empty --out")
 
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    import torch  # noqa: PLC0415
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: PLC0415
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: PLC0415
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tiny-build-", dir=out.parent))

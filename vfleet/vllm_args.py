@@ -52,8 +52,8 @@ def serve_argv(config_path: Path, profile: Profile, extra: list[str] | None = No
 
 def build_vllm_serve_parser() -> Any:
     """vLLM's own `vllm` parser with its `serve` sub-command, built as vllm.entrypoints.cli.main does."""
-    import vllm.entrypoints.cli.serve as serve_cmd
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    import vllm.entrypoints.cli.serve as serve_cmd  # noqa: PLC0415
+    from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: PLC0415
 
     parser = FlexibleArgumentParser(description="vLLM CLI")
     sub = parser.add_subparsers(required=False, dest="subparser")

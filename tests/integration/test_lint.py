@@ -25,6 +25,37 @@ def test_ruff_is_clean() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def _ruff_stdin(path: str, text: str) -> subprocess.CompletedProcess[str]:
+    """ruff on TEXT as if it were the file PATH of the checkout (its per-file settings apply)."""
+    argv = [sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "--stdin-filename", path]
+    return subprocess.run([*argv, "-"], cwd=REPO, input=text, capture_output=True, text=True, check=False)
+
+
+PLANTED = {
+    # a function-local import of a vfleet module: it dodges the floors' order unless the line says why
+    "local-import": ("def _planted() -> object:\n    from vfleet import paths\n\n    return paths\n", "PLC0415"),
+    # a function past the branch ceiling of today's largest (pyproject.toml, [tool.ruff.lint.pylint])
+    "branches": (
+        "def _planted(x: int) -> int:\n"
+        + "".join(f"    if x == {i}:\n        x += {i}\n" for i in range(30))
+        + "    return x\n",
+        "PLR0912",
+    ),
+}
+
+
+@pytest.mark.parametrize("plant", sorted(PLANTED))
+def test_ruff_refuses_a_planted_shape_fault(plant: str) -> None:
+    """The shape rules hold: a module of the package with a planted fault fails lint, naming the rule; the same
+    module without it passes."""
+    path = "vfleet/waiting.py"
+    original = (REPO / path).read_text()
+    assert _ruff_stdin(path, original).returncode == 0
+    code, rule = PLANTED[plant]
+    proc = _ruff_stdin(path, original + "\n\n" + code)
+    assert proc.returncode == 1 and rule in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_ruff_format_is_clean() -> None:
     proc = _run("ruff", "format", "--check", "--diff", "vfleet")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr

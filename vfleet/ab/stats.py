@@ -100,14 +100,14 @@ TRIM = 0.2
 
 
 def _trimmed_log_mean(d: Any, axis: int = -1) -> Any:
-    from scipy import stats
+    from scipy import stats  # noqa: PLC0415
 
     return stats.trim_mean(d, TRIM, axis=axis)
 
 
 def geo_mean_ratio(a: Sequence[float], b: Sequence[float]) -> float:
     """exp(trimmed mean(log(b_i / a_i))): the trimmed geometric mean of the per-round ratios."""
-    import numpy as np
+    import numpy as np  # noqa: PLC0415
 
     d = np.log(np.asarray(b, dtype=float)) - np.log(np.asarray(a, dtype=float))
     return float(np.exp(_trimmed_log_mean(d)))
@@ -117,7 +117,7 @@ def require_scipy() -> None:
     """Fail before anything is measured when scipy (a vfleet dependency) is missing, e.g. in an image
     that installed vfleet without its dependencies."""
     try:
-        import scipy.stats  # noqa: F401
+        import scipy.stats  # noqa: F401, PLC0415
     except ImportError:
         raise VfleetError("vfleet ab needs scipy: pip install 'scipy==1.17.1' (a vfleet dependency)") from None
 
@@ -127,7 +127,7 @@ def expanded_level(confidence: float, n: int) -> float:
     (it is about a normal interval with the standard error divided by n, not n - 1); run it at the level
     whose normal quantile is sqrt(n / (n - 1)) times Student's t quantile with n - 1 degrees of freedom
     (T. Hesterberg, "What teachers should know about the bootstrap", Am. Stat. 69(4), 2015, sec. 4.1)."""
-    from scipy import stats
+    from scipy import stats  # noqa: PLC0415
 
     alpha = 1.0 - confidence
     z = math.sqrt(n / (n - 1)) * float(stats.t.ppf(1.0 - alpha / 2, n - 1))
@@ -142,8 +142,8 @@ def paired_interval(
     The expanded percentile interval (expanded_level); BCa at the plain level only where the percentile
     interval is not finite, and the method says which. Identical ratios in every round give the
     degenerate interval [r, r]."""
-    import numpy as np
-    from scipy import stats
+    import numpy as np  # noqa: PLC0415
+    from scipy import stats  # noqa: PLC0415
 
     la = np.log(np.asarray(a, dtype=float))
     lb = np.log(np.asarray(b, dtype=float))

@@ -42,7 +42,7 @@ def _stdin_record() -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     # cryptography and securesystemslib are the controller's: imported where used.
-    from vfleet.supply import deployrecord
+    from vfleet.supply import deployrecord  # noqa: PLC0415
 
     record = _stdin_record()
     if args.action == "sign":

@@ -183,9 +183,9 @@ def new_run_id() -> str:
 
 
 def _playbook(args: argparse.Namespace) -> int:
-    from vfleet.fleet import inventory as fleet_inventory
-    from vfleet.supply.statements import normalized as trusted_specs
-    from vfleet.testing import testfleet
+    from vfleet.fleet import inventory as fleet_inventory  # noqa: PLC0415
+    from vfleet.supply.statements import normalized as trusted_specs  # noqa: PLC0415
+    from vfleet.testing import testfleet  # noqa: PLC0415
 
     inventory = (args.inventory if args.inventory else testfleet.load(args.name).inventory).resolve()
     if args.fleet_command == "lb":
@@ -247,7 +247,7 @@ def _playbook(args: argparse.Namespace) -> int:
     if args.fleet_command == "status" and "vfleet_status_file" in extra:
         _add_provenance(Path(extra["vfleet_status_file"]), args.trusted_key, args.supply_store)
     if getattr(args, "html", None):
-        from vfleet.pages import fleet_html  # jinja2 is not in the images: only when a page is written
+        from vfleet.pages import fleet_html  # jinja2 is not in the images: only when a page is written  # noqa: PLC0415
 
         written = fleet_html.write(Path(extra["vfleet_status_file"]), args.html.resolve(), _recheck(args.trusted_key))
         print(f"vfleet: fleet page {written}")
@@ -281,7 +281,7 @@ def _say_not_checked(
     inv: fleet_inventory.Inventory, extra: dict[str, Any], args: argparse.Namespace, run_id: str
 ) -> None:
     """The run's summary of the gates it did not check (the lines the playbook printed as it went)."""
-    from vfleet.fleet import inventory as fleet_inventory
+    from vfleet.fleet import inventory as fleet_inventory  # noqa: PLC0415
 
     targets = args.targets or extra.get("vfleet_targets") or fleet_inventory.NODES
     lines = fleet_inventory.not_checked(inv, extra, args.fleet_command, str(targets))
@@ -293,8 +293,8 @@ def _say_not_checked(
 
 def _recheck(key_specs: list[str]) -> Callable[[Path], tuple[list[str], list[str], bool]]:
     """The fleet page's recheck of a boot-verify report: its checks and its summary signed by a verify key."""
-    from vfleet.supply.statements import keyring  # cryptography: see _add_provenance
-    from vfleet.verify.standing import recheck
+    from vfleet.supply.statements import keyring  # cryptography: see _add_provenance  # noqa: PLC0415
+    from vfleet.verify.standing import recheck  # noqa: PLC0415
 
     keys = keyring(key_specs or [])
     return lambda d: recheck(d, keys)
@@ -306,10 +306,10 @@ def _add_provenance(status_file: Path, key_specs: list[str], store: Path | None)
     the page says why it has no rows."""
     # cryptography and securesystemslib (supply.check, supply.provenance) are the controller's, not the
     # images': imported where used, so that the CLI starts in an image without them.
-    from vfleet.paths import home
-    from vfleet.supply import default_store
-    from vfleet.supply.check import fleet_provenance
-    from vfleet.supply.statements import keyring
+    from vfleet.paths import home  # noqa: PLC0415
+    from vfleet.supply import default_store  # noqa: PLC0415
+    from vfleet.supply.check import fleet_provenance  # noqa: PLC0415
+    from vfleet.supply.statements import keyring  # noqa: PLC0415
 
     try:
         rows = json.loads(status_file.read_text())
@@ -328,10 +328,10 @@ def _stage(args: argparse.Namespace) -> int:
     """Push, sign the pushed digests with --sign-key, then stage: each boot-verify summary is signed with
     --sign-key, else VFLEET_SIGN_KEY (the image provenance is signed only with --sign-key: a build that has
     no record in the store, a `docker build` layer, can still be staged). No key is refused before the push."""
-    from vfleet import tinymodel
-    from vfleet.staging import Candidate, stage
-    from vfleet.testing import testfleet
-    from vfleet.verify import attestation
+    from vfleet import tinymodel  # noqa: PLC0415
+    from vfleet.staging import Candidate, stage  # noqa: PLC0415
+    from vfleet.testing import testfleet  # noqa: PLC0415
+    from vfleet.verify import attestation  # noqa: PLC0415
 
     fleet = testfleet.load(args.name)
     profile = args.profile or fleet.profile
@@ -357,8 +357,8 @@ def _sign_pushed(args: argparse.Namespace, digest_ref: str) -> None:
     record is found by its image ID, the manifest's config digest; docs/supply-chain.md)."""
     if not args.sign_key:
         return
-    from vfleet.supply import default_store
-    from vfleet.supply.attest import sign_image  # cryptography: see _add_provenance
+    from vfleet.supply import default_store  # noqa: PLC0415
+    from vfleet.supply.attest import sign_image  # cryptography: see _add_provenance  # noqa: PLC0415
 
     print(f"signed {digest_ref}: {sign_image(digest_ref, args.sign_key, args.store or default_store())}")
 
@@ -369,7 +369,7 @@ def _docker_for_test_fleet(args: argparse.Namespace) -> None:
     newcomer's first `make fleet-up` works on a machine where no daemon runs yet. A real inventory's
     nodes are reached over SSH and need no local daemon."""
     if args.fleet_command in ("up", "down", "push", "stage", "show") or getattr(args, "name", None):
-        from vfleet.dockerd import ensure_dockerd
+        from vfleet.dockerd import ensure_dockerd  # noqa: PLC0415
 
         state = ensure_dockerd()
         if state != "running":
@@ -384,8 +384,8 @@ def run(args: argparse.Namespace) -> int:
     _docker_for_test_fleet(args)
     if cmd in ("rollout", "rollback", "verify", "status", "lb"):
         return _playbook(args)
-    from vfleet import tinymodel
-    from vfleet.testing import testfleet
+    from vfleet import tinymodel  # noqa: PLC0415
+    from vfleet.testing import testfleet  # noqa: PLC0415
 
     if cmd == "up":
         model_dir = args.model_dir
@@ -404,7 +404,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"fleet {args.name}: removed {len(removed)} containers")
         return 0
     if cmd in ("push", "stage") and args.sign_key:
-        from vfleet.supply.statements import load_private_key  # cryptography: see _add_provenance
+        from vfleet.supply.statements import load_private_key  # cryptography: see _add_provenance  # noqa: PLC0415
 
         load_private_key(args.sign_key)  # a bad key fails before the push
     if cmd == "push":

@@ -125,8 +125,8 @@ def run(args: argparse.Namespace) -> int:
             base = images.build_standin(version=args.base)
         # The supply chain's libraries (securesystemslib, cryptography) are the controller's, not the images':
         # imported where used, so that `vfleet serve` in an image starts without them.
-        from vfleet.supply.attest import attest_result
-        from vfleet.supply.statements import load_private_key
+        from vfleet.supply.attest import attest_result  # noqa: PLC0415
+        from vfleet.supply.statements import load_private_key  # noqa: PLC0415
 
         if args.sign_key:
             load_private_key(args.sign_key)  # a bad key fails before the build, not after it
@@ -161,9 +161,9 @@ def _resolve(args: argparse.Namespace) -> int:
 
 def _supply(args: argparse.Namespace) -> int:
     # cryptography and securesystemslib: see run().
-    from vfleet.supply.attest import sign_image
-    from vfleet.supply.check import verify
-    from vfleet.supply.statements import PROVENANCE, keyring
+    from vfleet.supply.attest import sign_image  # noqa: PLC0415
+    from vfleet.supply.check import verify  # noqa: PLC0415
+    from vfleet.supply.statements import PROVENANCE, keyring  # noqa: PLC0415
 
     if not args.name:
         raise ImageError(f"vfleet image {args.action} REF: name the image")

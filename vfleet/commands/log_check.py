@@ -32,13 +32,13 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
 
 def faults(text: str, graphs_expected: bool) -> list[str]:
     """The fault check's events that no allow-list entry excuses, described as boot-verify's report does."""
-    from vfleet.verify.logcheck import describe_event, scan_faults
+    from vfleet.verify.logcheck import describe_event, scan_faults  # noqa: PLC0415
 
     return [describe_event(ev) for ev in scan_faults(DOCKER_TS_RE.sub("", text), graphs_expected).denied]
 
 
 def run(args: argparse.Namespace) -> int:
-    from vfleet.profiles import Catalog
+    from vfleet.profiles import Catalog  # noqa: PLC0415
 
     try:
         text = args.file.read_text(errors="replace")

@@ -83,7 +83,7 @@ def default_cache(root: Path) -> Path:
 
 
 def manifest(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+    from tqdm import tqdm  # noqa: PLC0415
 
     root = args.dir
     try:
@@ -108,7 +108,7 @@ def manifest(args: argparse.Namespace) -> int:
         print(json.dumps(m.statement(), indent=1))
         return 0
     if args.out and args.sign_key:
-        from vfleet.supply import statements
+        from vfleet.supply import statements  # noqa: PLC0415
 
         signed = statements.sign(m.statement(), statements.load_private_key(args.sign_key))
         args.out.write_text(json.dumps(signed, indent=1) + "\n")
@@ -119,8 +119,8 @@ def manifest(args: argparse.Namespace) -> int:
 
 def compare(args: argparse.Namespace) -> int:
     """`vfleet model compare PROMOTED SEEN`: 0 the same weights, 1 other weights (each file named), 2 untrusted."""
-    from vfleet.supply import statements
-    from vfleet.supply.store import SupplyError
+    from vfleet.supply import statements  # noqa: PLC0415
+    from vfleet.supply.store import SupplyError  # noqa: PLC0415
 
     try:
         keys = statements.keyring(args.trusted_key, statements.MODEL)

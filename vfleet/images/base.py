@@ -160,7 +160,7 @@ def wheel_requirements() -> list[str]:
 
 
 def vfleet_requirements() -> list[str]:
-    import tomllib
+    import tomllib  # noqa: PLC0415
 
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
     build = list(data["build-system"]["requires"])

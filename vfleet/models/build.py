@@ -118,8 +118,8 @@ def is_built(model_dir: Path, p: ModelPin) -> bool:
 
 def convert(gguf_path: Path, out: Path, say: Callable[[str], None] = print) -> None:
     """Write the Hugging Face checkpoint of GGUF_PATH into OUT (an existing, empty directory)."""
-    from gguf import GGUFReader  # heavy: imported only when a model is built
-    from safetensors.torch import save_file
+    from gguf import GGUFReader  # heavy: imported only when a model is built  # noqa: PLC0415
+    from safetensors.torch import save_file  # noqa: PLC0415
 
     reader = GGUFReader(str(gguf_path))
     shape = gguf_llama.read_shape(reader)

@@ -93,7 +93,7 @@ def _field(reader: Any, key: str) -> Any:
 
 def _f32(x: Any) -> float:
     """A float32 metadata value as the shortest decimal that rounds to it (1e-05, not 9.99999974e-06)."""
-    import numpy as np  # not in every image; the CLI loads this module (docs/architecture.md)
+    import numpy as np  # not in every image; the CLI loads this module (docs/architecture.md)  # noqa: PLC0415
 
     return float(str(np.float32(x)))
 
@@ -124,7 +124,7 @@ def read_shape(reader: Any) -> LlamaShape:
 
 def config(shape: LlamaShape, tied: bool) -> dict[str, Any]:
     """config.json of the checkpoint (transformers' LlamaConfig, saved with sorted keys)."""
-    from transformers import LlamaConfig  # heavy: imported only when a model is built
+    from transformers import LlamaConfig  # heavy: imported only when a model is built  # noqa: PLC0415
 
     cfg = LlamaConfig(
         architectures=["LlamaForCausalLM"],
@@ -155,9 +155,9 @@ def generation_config(shape: LlamaShape) -> dict[str, Any]:
 
 def tensors(reader: Any, shape: LlamaShape, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Every weight, dequantized, un-permuted where llama.cpp permuted it, as bf16 torch tensors by HF name."""
-    import numpy as np  # these three: not in every image, and heavy; imported only when a model is built
-    import torch
-    from gguf.quants import dequantize
+    import numpy as np  # these three: not in every image, and heavy; imported only when a model is built  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+    from gguf.quants import dequantize  # noqa: PLC0415
 
     out: dict[str, Any] = {}
     total = len(reader.tensors)
@@ -188,7 +188,7 @@ def _check_complete(found: dict[str, Any], shape: LlamaShape) -> None:
 
 def write_tokenizer(gguf_path: Path, out: Path) -> None:
     """The tokenizer files (tokenizer.json, tokenizer_config.json, chat_template.jinja), from the GGUF."""
-    from transformers import AutoTokenizer  # heavy: imported only when a model is built
+    from transformers import AutoTokenizer  # heavy: imported only when a model is built  # noqa: PLC0415
 
     tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     if not tok.chat_template:

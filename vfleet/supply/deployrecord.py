@@ -52,8 +52,8 @@ def key_path() -> Path:
 def _create_key(path: Path) -> None:
     """A new ed25519 key at PATH, mode 0600; a key another process made first is kept (os.link does not
     replace)."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: PLC0415
 
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     pem = Ed25519PrivateKey.generate().private_bytes(

@@ -178,9 +178,9 @@ def trusting(role: Role, keys: list[Key]) -> Keyring:
 
 
 def load_private_key(path: Path) -> CryptoSigner:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    from cryptography.hazmat.primitives.serialization import load_pem_private_key
-    from securesystemslib.signer import CryptoSigner, SSlibKey  # type: ignore[attr-defined]
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: PLC0415
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key  # noqa: PLC0415
+    from securesystemslib.signer import CryptoSigner, SSlibKey  # type: ignore[attr-defined]  # noqa: PLC0415
 
     try:
         key = load_pem_private_key(path.read_bytes(), password=None)
@@ -194,9 +194,9 @@ def load_private_key(path: Path) -> CryptoSigner:
 
 
 def load_public_key(path: Path) -> Key:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-    from cryptography.hazmat.primitives.serialization import load_pem_public_key
-    from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey  # noqa: PLC0415
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key  # noqa: PLC0415
+    from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]  # noqa: PLC0415
 
     try:
         key = load_pem_public_key(path.read_bytes())
@@ -212,7 +212,7 @@ def load_public_key(path: Path) -> Key:
 
 def sign(stmt: dict[str, Any], signer: CryptoSigner) -> dict[str, Any]:
     """The DSSE envelope of STMT signed by SIGNER."""
-    from securesystemslib.dsse import Envelope
+    from securesystemslib.dsse import Envelope  # noqa: PLC0415
 
     env = Envelope(json.dumps(stmt, sort_keys=True).encode(), PAYLOAD_TYPE, {})
     env.sign(signer)
@@ -223,8 +223,8 @@ def open_statement(data: dict[str, Any], role: Role, keys: Keyring) -> tuple[dic
     """(statement, keyid that signed it) when a key trusted for ROLE signed the envelope DATA and the
     statement is ROLE's kind; else SupplyError naming why: no key for the role, a key of another role
     (named), an unknown signer, or a statement of another type."""
-    from securesystemslib.dsse import Envelope
-    from securesystemslib.exceptions import VerificationError
+    from securesystemslib.dsse import Envelope  # noqa: PLC0415
+    from securesystemslib.exceptions import VerificationError  # noqa: PLC0415
 
     try:
         env = Envelope.from_dict(data)
@@ -255,7 +255,7 @@ def open_statement(data: dict[str, Any], role: Role, keys: Keyring) -> tuple[dic
 
 def _not_trusted(env: Any, role: Role, keys: Keyring) -> str:
     """Why no key of ROLE verified ENV: the roles whose keys do verify it, when any."""
-    from securesystemslib.exceptions import VerificationError
+    from securesystemslib.exceptions import VerificationError  # noqa: PLC0415
 
     signed_by = ", ".join(sorted(env.signatures)) or "nobody"
     others = []

@@ -87,8 +87,8 @@ def load_trusted(given: list[str]) -> Keyring:
 def verifier_version() -> dict[str, str]:
     """What ran the suite: vfleet's version, its revision (the image's recorded VFLEET_REVISION inside an
     image, else the checkout's git commit) and the sha256 of the smoke_tests/ suite (vfleet.verify.suite)."""
-    from vfleet.images.build import git_revision
-    from vfleet.verify.suite import suite_dir  # pytest: the run that signs has loaded it already
+    from vfleet.images.build import git_revision  # noqa: PLC0415
+    from vfleet.verify.suite import suite_dir  # pytest: the run that signs has loaded it already  # noqa: PLC0415
 
     suite = suite_dir()
     revision = settings.load().revision or git_revision(suite.parent)

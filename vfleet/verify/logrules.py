@@ -328,7 +328,7 @@ def docs_with_table(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
+    import argparse  # noqa: PLC0415
 
     p = argparse.ArgumentParser(prog="python -m vfleet.verify.logrules", description="the fault families as data")
     p.add_argument("--docs", action="store_true", help=f"rewrite the families table in {DOCS} from FAMILIES")

@@ -9,12 +9,12 @@ from typing import Any
 def pyplot() -> tuple[Any | None, str | None]:
     """(matplotlib.pyplot on the Agg backend, None), or (None, why not)."""
     try:
-        import matplotlib
+        import matplotlib  # noqa: PLC0415
     except ImportError:
         return None, "matplotlib is not installed: pip install 'vfleet[report]'"
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415
 
     return plt, None
 

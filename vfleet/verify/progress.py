@@ -45,7 +45,7 @@ class Step:
 
     def line(self) -> str:
         """The progress line as it stands now."""
-        from tqdm import tqdm
+        from tqdm import tqdm  # noqa: PLC0415
 
         el = time.monotonic() - self.t0
         # total 0: no known total (tqdm's stubs do not take None there, tqdm treats both alike).
@@ -64,7 +64,7 @@ class Step:
                 self.stream.flush()
 
     def start(self) -> Step:
-        from tqdm import tqdm
+        from tqdm import tqdm  # noqa: PLC0415
 
         if self._tty:
             self._bar = tqdm(

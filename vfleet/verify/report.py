@@ -314,7 +314,7 @@ def write(report: Report, out: Path) -> Path:
     report.plots = _plots(report, out)
     (out / "report.json").write_text(report.to_json())
     (out / "report.md").write_text(markdown(report))
-    from vfleet.pages import report_html  # jinja2 only where a report is written, not at CLI load
+    from vfleet.pages import report_html  # jinja2 only where a report is written, not at CLI load  # noqa: PLC0415
 
     report_html.write(out)
     return out / "report.json"

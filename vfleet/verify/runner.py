@@ -98,7 +98,7 @@ def run(
         record = image_mod.ImageRecord(ref=None, reason="no --image or --container given")
     out.mkdir(parents=True, exist_ok=True)
     # pytest is imported here, not at CLI load: an image's vfleet has no pytest (it never runs the suite).
-    from vfleet.verify import suite
+    from vfleet.verify import suite  # noqa: PLC0415
 
     session = suite.Session(
         suite.Inputs(
