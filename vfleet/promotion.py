@@ -328,6 +328,9 @@ class Checked:
 
     entry: dict[str, Any]
     note: str
+    #: the weights its report names (figures.weights: root, digest, files, bytes and, from reports of this
+    #: vfleet on, every file's path, size and sha256), which a rollout compares each node's with
+    weights: dict[str, Any] | None = None
 
 
 def check_line(lines: list[dict[str, Any]], at: int, g: Gate, prof: Profile) -> Judgement:
@@ -380,7 +383,8 @@ def checked_entry(
     for at in mine[::-1]:
         j = check_line(lines, at, g, prof)
         if not j.problems:
-            return Checked(lines[at], baseline_mod.note(j.baseline))
+            weights = j.report.figures.weights if j.report is not None else None
+            return Checked(lines[at], baseline_mod.note(j.baseline), weights)
         seen.append(f"{_label(lines[at])}: " + ", ".join(j.problems))
     raise VfleetError(
         f"{image} ({digest}) is in {registry} for {profile}, but no entry passes the gate now: "

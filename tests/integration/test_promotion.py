@@ -251,6 +251,12 @@ def test_promote_in_one_cwd_and_check_in_another_use_the_same_files(tmp_path: Pa
     check = _vfleet("promote", "--check", IMAGE, "--profile", "tiny/cpu", *trust, cwd=b, env=env)
     assert check.returncode == 0, check.stdout + check.stderr
     assert f"promoted: {DIGEST} for tiny/cpu" in check.stdout
+    # What the rollout's preflight reads (--json): the entry, and the weights its report names, which every node's
+    # are compared with before its drain (tests/integration/test_fleet_weights.py).
+    as_json = _vfleet("promote", "--check", "--json", IMAGE, "--profile", "tiny/cpu", *trust, cwd=b, env=env)
+    assert as_json.returncode == 0, as_json.stdout + as_json.stderr
+    handed = json.loads(as_json.stdout)
+    assert handed["entry"]["digest"] == DIGEST and handed["weights"] == MADE_UP_WEIGHTS, handed
     keyless = _vfleet("promote", "--check", IMAGE, "--profile", "tiny/cpu", cwd=b, env=env)
     assert keyless.returncode == 1 and "not promoted: no trusted key" in keyless.stdout, keyless.stdout
 

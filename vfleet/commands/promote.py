@@ -23,6 +23,7 @@ The reports root and the registry are absolute (vfleet.paths.reports_dir), whate
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,13 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
         help="exit 0 only if an entry of REF for the profile passes every judgement of a promotion again now",
     )
     p.add_argument(
+        "--json",
+        action="store_true",
+        help="with --check: print the entry that passes, its baseline note and the weights its report names (every "
+        "file's path, size and sha256: what the rollout compares each node's weights with) as one JSON object; a "
+        "refusal is printed as text, as without it",
+    )
+    p.add_argument(
         "--release-of",
         action="store_true",
         help="print the release snapshot `vfleet promote` kept for REF's digest beside the registry (a rollback "
@@ -100,6 +108,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"not promoted: {exc}")
             return 1
         entry = checked.entry
+        if args.json:
+            print(json.dumps({"entry": entry, "note": checked.note, "weights": checked.weights}))
+            return 0
         print(f"promoted: {entry['digest']} for {args.profile} at {entry['promoted_at']} (report {entry['report']})")
         print(f"  {checked.note}")
         return 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,6 +34,9 @@ class WeightsFigure:
     digest: str  # sha256:HEX, the manifest digest
     files: int
     bytes: int
+    #: every file as [path, size, sha256]: what a rollout compares a node's weights with, to name the file that
+    #: differs (vfleet.models.manifest.compare)
+    entries: list[list[str | int]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,7 +79,7 @@ def measure(root: str | None, container: str | None, url: str = "", timeout_s: f
             m, where = mm.compute(Path(root)), "this machine"
         except (OSError, mm.ManifestError) as exc:
             raise WeightsError(f"{root}: {exc}") from None
-    return WeightsFigure(root, where, m.digest, len(m.files), m.size)
+    return WeightsFigure(root, where, m.digest, len(m.files), m.size, [[f.name, f.size, f.sha256] for f in m.files])
 
 
 def problem(fig: WeightsFigure, accepted: list[str]) -> str | None:

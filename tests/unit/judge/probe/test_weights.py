@@ -3,6 +3,7 @@ real server (a profile pinning other weights fails it) and every container boot-
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,9 @@ def test_the_served_directory_is_named_by_its_manifest(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors").write_bytes(b"\x01" * 10)
     f = weights.measure(str(tmp_path), None)
     assert (f.where, f.files, f.bytes) == ("this machine", 1, 10) and f.digest.startswith("sha256:")
+    # Every file named with its size and sha256, so that a rollout can name the file a node holds otherwise.
+    assert f.entries == [["model.safetensors", 10, hashlib.sha256(b"\x01" * 10).hexdigest()]]
+    assert f.as_dict()["entries"] == f.entries
 
 
 def test_a_remote_server_without_its_container_is_not_named_from_this_machines_disk(tmp_path: Path) -> None:

@@ -1,0 +1,1 @@
+../../../../vfleet/models/manifest.py
