@@ -11,7 +11,8 @@ generator sends steady streaming completions through the balancer for the whole 
 (two streams, 16 tokens each, 0.5 s apart):
 
   the supply-chain gate refuses A unsigned, then A with its SBOM changed after signing (no node pulls)
-  -> deploy A, signed -> roll out B -> roll back (to A, through the gates) -> verify -> re-run A (no-op)
+  -> deploy A, signed -> roll out B -> roll back (to A, through the gates) -> verify
+  -> a rollout of A stopped at node 2, whose copy of the weights is altered, before its drain -> re-run A (no-op)
   -> roll out B with the canary killed during its swap -> recovery (start it again, roll out A)
   -> a verify that must catch a fault printed during its own traffic.
 
@@ -173,15 +174,7 @@ class Lifecycle:
         ).strip()
 
     def lb_status(self) -> dict[str, str]:
-        out = docker(
-            "exec",
-            self.fleet.lb.name,
-            "sh",
-            "-c",
-            "echo 'show stat' | socat stdio unix-connect:/run/haproxy/admin.sock",
-        )
-        rows = [line.split(",") for line in out.splitlines() if line.startswith("vfleet,")]
-        return {r[1]: r[17] for r in rows if r[1] not in ("FRONTEND", "BACKEND")}
+        return self.fleet.lb_status()
 
     def snapshot(self) -> dict[str, str]:
         out = {}
@@ -305,7 +298,7 @@ def _kill_during_swap(life: Lifecycle, node: str, before_id: str, timeout: float
     """Kill NODE (the whole Docker-in-Docker host) once its swap has stopped the old container and
     started the new one: past the drain, so no request is in flight on it. Returns when it happened.
     The new container must be running, not only created: a daemon killed between create and start
-    keeps the host port allocated after it comes back (test_ansible_fleet's stale-port scenario
+    keeps the host port allocated after it comes back (test_fleet_node_faults' stale-port scenario
     covers that case, which needs a daemon restart)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -441,14 +434,34 @@ def test_lifecycle_under_live_traffic(life: Lifecycle, capsys: pytest.CaptureFix
     for rep in reports:
         assert rep["image"]["digest"] == a_digest, rep["image"]
 
-    # 5. Re-run the rollout of A: a no-op that touches no container (the gate passes again).
+    # 5. A node whose weights are not the promoted ones (issue 34): one byte of node 2's copy of the model flipped
+    # in place. The rollout of A, which node 1 passes as a no-op, stops at node 2 before its drain, naming the
+    # file and both digests; node 2 goes on serving A in the pool. With the file put back, the re-run below is
+    # the no-op it should be.
+    shard, kept = "/srv/models/model.safetensors", "/var/lib/vfleet-test-shard.bak"
+    docker("exec", n2, "cp", shard, kept)
+    flip = f"f = open('{shard}', 'r+b'); f.seek(4096); b = f.read(1); f.seek(4096); f.write(bytes([b[0] ^ 1]))"
+    docker("exec", n2, "python3", "-c", flip)
+    before = life.snapshot()
+    proc = life.fleet_cmd("weights_altered_on_node_2", "rollout", "--image", ref_a)
+    assert isinstance(proc, subprocess.CompletedProcess) and proc.returncode != 0, proc.stdout[-3000:]
+    text = " ".join(proc.stdout.split())
+    assert f"{n2}: the weights in /srv/models are not the ones the image was verified and promoted with" in text, text[
+        -3000:
+    ]
+    assert "model.safetensors: sha256 " in text and "(same size: altered in place)" in text, text[-3000:]
+    assert "The node was not drained and goes on serving what it served" in text, text[-3000:]
+    assert life.snapshot() == before and life.lb_status()[n2] == "UP", life.lb_status()
+    docker("exec", n2, "cp", kept, shard)
+
+    # 6. Re-run the rollout of A: a no-op that touches no container (the gate passes again).
     before = life.snapshot()
     proc = life.fleet_cmd("rerun_A_noop", "rollout", "--image", ref_a)
     _ok(proc, "re-run of A")
     assert " ".join(proc.stdout.split()).count("is healthy; nothing to do") == NODES, proc.stdout[-3000:]
     assert life.snapshot() == before
 
-    # 6. Roll out B; the canary (node 1) is killed during its swap (after its drain, so nothing is in
+    # 7. Roll out B; the canary (node 1) is killed during its swap (after its drain, so nothing is in
     # flight on it): the run fails non-zero before any other node is touched, and node 1's record
     # says what it ran and what it was moving to.
     before = life.snapshot()
@@ -465,7 +478,7 @@ def test_lifecycle_under_live_traffic(life: Lifecycle, capsys: pytest.CaptureFix
     assert life.lb_status()[n1] == "MAINT", "the killed node is back in the pool"
     assert life.snapshot()[n2] == before[n2], "went on past the canary"
 
-    # 7. Recovery: the node comes back (same address); a rollout of A, which the rest of the fleet
+    # 8. Recovery: the node comes back (same address); a rollout of A, which the rest of the fleet
     # runs, brings it back to a healthy, verified image and into the pool, and touches nothing else.
     life.load.mark("recovery_start_node")
     docker("start", n1)
@@ -481,7 +494,7 @@ def test_lifecycle_under_live_traffic(life: Lifecycle, capsys: pytest.CaptureFix
     life.keep_node_figures("recovery_rollout_A")
     FIGURES["killed_at_unix"] = killed_at
 
-    # 8. Boot-verify reads the log after its own traffic: a fault printed while it runs fails it.
+    # 9. Boot-verify reads the log after its own traffic: a fault printed while it runs fails it.
     # Injected fault: vLLM on a CPU cannot be made to raise a real CUDA fault, so a line of one is
     # written to the serving container's stdout while boot-verify's load runs on node 3.
     life.load.stop()

