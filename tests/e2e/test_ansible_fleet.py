@@ -37,9 +37,9 @@ from standin_fleet import (
     recap_changed,
 )
 
+from lab import testfleet
+from lab.docker import docker
 from vfleet.fleet import inventory as fleet_inventory
-from vfleet.testing import testfleet
-from vfleet.testing.docker import docker
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +83,8 @@ def test_fresh_deploy_then_concurrent_rerun_is_idempotent_and_locked(ctx: Ctx) -
         "vfleet_node_check_gpus": False,
         "vfleet_node_promotions_file": "/nonexistent/promotions.jsonl",
     }
-    argv = [sys.executable, "-m", "vfleet", "fleet", "rollout", "--name", ctx.fleet.name, "--image", ctx.refs["good-1"]]
+    argv = [sys.executable, "-m", "vfleet", "fleet", "rollout", "--inventory", str(ctx.fleet.inventory)]
+    argv += ["--image", ctx.refs["good-1"]]
     for k, v in {**FAST, **every}.items():
         argv += ["-e", f"{k}={json.dumps(v)}"]
     t0 = time.monotonic()

@@ -52,12 +52,12 @@ from typing import Any
 import pytest
 from supply_helpers import make_key
 
+from lab import testfleet
+from lab.docker import docker, docker_bin
+from lab.images import build_node_image, cache_dir
+from lab.loadgen import LoadGen
 from vfleet import tinymodel
 from vfleet.fleet import inventory as fleet_inventory
-from vfleet.testing import testfleet
-from vfleet.testing.docker import docker, docker_bin
-from vfleet.testing.images import build_node_image, cache_dir
-from vfleet.testing.loadgen import LoadGen
 
 pytestmark = [
     pytest.mark.slow,
@@ -73,7 +73,9 @@ PROFILE = "tiny/cpu"
 NODES = 2
 BUILDS = {"B": "vfleet-cpu-lifecycle:build-b"}
 FIGURES: dict[str, Any] = {"wall_s": {}, "nodes": {}, "requests": {}}
-VFLEET = [sys.executable, "-m", "vfleet"]
+#: The lab's command line, as `make rollout FLEET=...` and `make fleet-stage` run it: from the checkout's root.
+LAB = [sys.executable, "-m", "lab"]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _build_variant(base: str, tag: str, label: str) -> None:
@@ -123,9 +125,10 @@ class Lifecycle:
     def fleet_cmd(
         self, step: str, action: str, *args: str, background: bool = False, verbose: bool = False
     ) -> subprocess.CompletedProcess[str] | subprocess.Popen[str]:
-        """`vfleet fleet ACTION` on the fleet; VERBOSE runs Ansible at -vvvv (ANSIBLE_VERBOSITY=4), where
+        """`vfleet fleet ACTION` on the fleet, through the lab's command line (`make rollout FLEET=...`);
+        VERBOSE runs Ansible at -vvvv (ANSIBLE_VERBOSITY=4), where
         every module argument and result is printed: the secrets test reads those logs."""
-        argv = [*VFLEET, "fleet", action, "--name", self.fleet.name, *args]
+        argv = [*LAB, "fleet", action, "--name", self.fleet.name, *args]
         if action in ("rollout", "rollback"):  # the supply-chain gate (a rollback passes it too): key and store
             argv += ["--trusted-key", f"provenance,verify,ab={self.trusted}", "--supply-store", str(self.store)]
         for k, v in self.extra.items():
@@ -137,7 +140,13 @@ class Lifecycle:
             env["ANSIBLE_VERBOSITY"] = "4"
         # A session of its own, so that teardown can stop ansible-playbook and its workers too.
         proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+            argv,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
         )
         self.procs.append(proc)
         if background:
@@ -248,14 +257,15 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
         testfleet.write_inventory(
             fleet, extra_vars={"vfleet_node_hf_token": "{{ lookup('file', '" + str(life.hf_token_file) + "') }}"}
         )
-        # `vfleet fleet stage`: push each build, boot-verify it on the controller's dockerd (as a
+        # `make fleet-stage`: push each build, boot-verify it on the controller's dockerd (as a
         # staging node would) and promote the digest the nodes pull. Each boot-verify summary is signed
         # with this test's key through VFLEET_SIGN_KEY, not --sign-key, which would also sign A's image
         # provenance (the gate must first refuse A unsigned) and fail on B (no build record); the
         # rollouts' preflight `promote --check` trusts it through --trusted-key.
         t0 = time.monotonic()
         proc = subprocess.run(
-            [*VFLEET, "fleet", "stage", "--name", name, *local.values()],
+            [*LAB, "fleet", "stage", "--name", name, *local.values()],
+            cwd=ROOT,
             capture_output=True,
             text=True,
             timeout=1800,
@@ -267,7 +277,7 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
                 "VFLEET_SIGN_KEY": str(life.sign_key),
             },
         )
-        assert proc.returncode == 0, f"vfleet fleet stage failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        assert proc.returncode == 0, f"make fleet-stage failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
         life.refs.update({b: fleet.digest_ref(ref) for b, ref in local.items()})
         for ref in life.refs.values():
             assert f"promoted: {ref}" in proc.stdout, proc.stdout[-3000:]
@@ -331,7 +341,7 @@ def _fleet_page(life: Lifecycle, step: str) -> tuple[str, list[dict[str, Any]]]:
 
 def _sign(life: Lifecycle, ref: str) -> None:
     proc = subprocess.run(
-        [*VFLEET, "image", "sign", ref, "--key", str(life.sign_key), "--store", str(life.store)],
+        [sys.executable, "-m", "vfleet", "image", "sign", ref, "--key", str(life.sign_key), "--store", str(life.store)],
         capture_output=True,
         text=True,
         timeout=120,

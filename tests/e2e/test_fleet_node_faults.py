@@ -23,10 +23,10 @@ import yaml
 from standin_fleet import FAKE, FAST, FIGURES, Ctx, ensure_on, flat, labelled_fake
 from supply_helpers import make_key
 
+from lab import testfleet
+from lab.docker import docker
+from lab.images import cache_dir
 from vfleet.paths import profiles_digest
-from vfleet.testing import testfleet
-from vfleet.testing.docker import docker
-from vfleet.testing.images import cache_dir
 
 pytestmark = pytest.mark.slow
 
@@ -104,7 +104,7 @@ def test_a_node_that_dies_mid_drain_fails_the_run_and_says_so(ctx: Ctx) -> None:
     """n4 still reports busy (injected), so its drain waits; the node (the whole DinD host) is then
     stopped. Afterwards it comes back and the next rollout brings it to a healthy image."""
     n4 = ctx.names[3]
-    argv = [sys.executable, "-m", "vfleet", "fleet", "rollout", "--name", ctx.fleet.name]
+    argv = [sys.executable, "-m", "vfleet", "fleet", "rollout", "--inventory", str(ctx.fleet.inventory)]
     argv += ["--image", ctx.refs["good-1"], "--limit", n4]
     for k, v in {**FAST, "vfleet_lb_drain_timeout_s": 120}.items():
         argv += ["-e", f"{k}={json.dumps(v)}"]
@@ -182,7 +182,7 @@ def test_a_node_whose_daemon_dies_mid_swap_is_named_and_a_rerun_finishes_it(ctx:
     container's /health: the run says in words that the node's daemon went away, what to run next, and that
     the node is out of the pool; once the node is back, the same rollout finishes the swap (issue 33)."""
     n4 = ctx.names[3]
-    argv = [sys.executable, "-m", "vfleet", "fleet", "rollout", "--name", ctx.fleet.name]
+    argv = [sys.executable, "-m", "vfleet", "fleet", "rollout", "--inventory", str(ctx.fleet.inventory)]
     argv += ["--image", ctx.refs["unhealthy"], "--limit", n4]
     for k, v in {**FAST, "vfleet_node_health_timeout": 120}.items():
         argv += ["-e", f"{k}={json.dumps(v)}"]

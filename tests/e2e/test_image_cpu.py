@@ -190,12 +190,16 @@ SLIM_PROBE = (
     "print(json.dumps({'modules': [m for m in ('triton', 'numba', 'llvmlite') if u.find_spec(m)], "
     "'files': sorted(str(p) for p in [t / 'test', *t.glob('bin/test_*'), *t.glob('bin/*Test')] if p.exists()), "
     "'shm_manager': (t / 'bin' / 'torch_shm_manager').is_file(), "
-    "'leftovers': sorted(str(p) for d in ('/tmp', '/root/.cache') for p in Path(d).rglob('*') if p.is_file())}))"
+    "'leftovers': sorted(str(p) for d in ('/tmp', '/root/.cache') for p in Path(d).rglob('*') if p.is_file()), "
+    # The lab (lab/: the test fleet, fake images, stage runner) is never copied into an image.
+    "'lab': sorted(str(p) for d in ('/opt/vfleet', sysconfig.get_path('purelib')) "
+    "for p in Path(d).rglob('testfleet.py'))}))"
 )
 
 
 def test_triton_and_the_other_slimmed_parts_are_not_in_the_image(cpu_image: images.BuildResult) -> None:
-    """Triton (~1 GB) and the rest stay out; vLLM still imports and hands out its Triton placeholders."""
+    """Triton (~1 GB) and the rest stay out, and so does the lab; vLLM still imports and hands out its Triton
+    placeholders."""
     ref = cpu_image.ref
     triton = dk(
         "run",
@@ -210,7 +214,7 @@ def test_triton_and_the_other_slimmed_parts_are_not_in_the_image(cpu_image: imag
     assert triton.returncode == 0, f"triton is back in {ref}: {triton.stdout}{triton.stderr}"
     got = json.loads(dk("run", "--rm", "--entrypoint", "python3", ref, "-c", SLIM_PROBE).stdout)
     # leftovers: what the build's checks wrote (torch.compile's kernels and precompiled header) must not stay.
-    assert got == {"modules": [], "files": [], "shm_manager": True, "leftovers": []}, got
+    assert got == {"modules": [], "files": [], "shm_manager": True, "leftovers": [], "lab": []}, got
     probe = (
         "import vllm, vllm.triton_utils as t; "
         "print(vllm.__version__, t.HAS_TRITON, type(t.triton).__name__, type(t.tl).__name__)"

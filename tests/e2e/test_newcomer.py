@@ -14,9 +14,9 @@ import time
 import pytest
 from conftest import REPO
 
+from lab.docker import ids_by_label
+from lab.testfleet import LABEL
 from vfleet.dockerd import PID_FILE, daemon_up, ensure_dockerd
-from vfleet.testing.docker import ids_by_label
-from vfleet.testing.testfleet import LABEL
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """`vfleet stage`: bad input is a clear error before anything starts, and a candidate that never
 becomes healthy is an error that leaves no container behind and promotes nothing. The passing path
 (real CPU image: boot, boot-verify with --container, promotion by registry digest) runs in
-tests/e2e/test_fleet_lifecycle.py through `vfleet fleet stage`."""
+tests/e2e/test_fleet_lifecycle.py through `make fleet-stage`."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from supply_helpers import make_key
 
+from lab.docker import ids_by_label
+from lab.images import build_fake_images, build_node_image
 from vfleet import tinymodel
 from vfleet.errors import VfleetError
 from vfleet.server import ServerError
 from vfleet.staging import Candidate, stage
-from vfleet.testing.docker import ids_by_label
-from vfleet.testing.images import build_fake_images, build_node_image
 
 VFLEET = [sys.executable, "-m", "vfleet"]
 

@@ -218,8 +218,8 @@ def test_no_record_and_bad_key_are_clear(
 def registry() -> Iterator[str]:
     """A registry on this host (Debian's docker-registry in the fleet node image, as the test fleets run
     it), published on 127.0.0.1 (an address Docker pushes to without TLS). Removed by its exact name."""
+    from lab.images import NODE_IMAGE, build_node_image
     from vfleet.dockerd import docker
-    from vfleet.testing.images import NODE_IMAGE, build_node_image
 
     build_node_image()
     name = "vfleet-supply-test-registry"

@@ -3,7 +3,7 @@ ansible/roles/vfleet_node/vars/main.yml), the allow-list of role inputs (vfleet_
 vfleet_node__refused) and the production rule, on the real rollout.yml, rollback.yml and verify.yml with
 one node that is this machine (tests/fleet_helpers.py; no container is started).
 
-That inventory is never a test fleet's: its node is no container `vfleet fleet up` started, and the group
+That inventory is never a test fleet's: its node is no container `make fleet-up` started, and the group
 vfleet_test_fleet added by hand is no mark (refused naming why). So every switch is refused before
 ansible-playbook starts, naming the inventory file and the variable, from the command line and from the
 inventory alike, and so is every input off the allow-list (the command behind the gates, the paths they
@@ -251,7 +251,7 @@ def test_the_group_added_by_hand_is_no_mark_for_the_cli(tmp_path: Path) -> None:
     out = proc.stdout
     assert (
         f"inventory {inv} (it is not a test fleet's: its group vfleet_test_fleet is no mark: not every host is a "
-        "node `vfleet fleet up` started (gate-node is reached over local, not as a container of this controller's "
+        "node `make fleet-up` started (gate-node is reached over local, not as a container of this controller's "
         "docker))" in out
     ), out
     assert "--allow-unsigned (vfleet_node_allow_unsigned): test fleets only" in out

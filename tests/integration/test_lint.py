@@ -89,7 +89,7 @@ def _broken(proc: subprocess.CompletedProcess[str]) -> list[str]:
 
 
 def test_imports_keep_the_floors() -> None:
-    """Every import contract holds: imports point down the floors, no circle, no test fleet in production."""
+    """Every import contract holds: imports point down the floors, no circle, no lab in the product."""
     proc = _lint_imports(REPO)
     assert proc.returncode == 0, f"broken import contracts: {_broken(proc)}\n{proc.stdout[-6000:]}{proc.stderr}"
     assert "0 broken" in proc.stdout, proc.stdout
@@ -139,12 +139,12 @@ PLANTS = {
         "no circles:",
         "logparse",
     ),
-    # Production code reaching for the test fleet.
-    "production imports the test fleet": (
-        "vfleet/server.py",
-        "import vfleet.testing.docker",
-        "test fleet:",
-        "vfleet.server -> vfleet.testing.docker",
+    # The product reaching for the lab: even the cli, which once drove the test fleet itself.
+    "the product imports the lab": (
+        "vfleet/commands/fleet.py",
+        "import lab.testfleet",
+        "lab:",
+        "vfleet.commands.fleet -> lab.testfleet",
     ),
     # A new module with no floor.
     "a module without a floor": (
@@ -158,9 +158,10 @@ PLANTS = {
 
 @pytest.fixture(scope="module")
 def clean_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The package and its contracts, copied: clean before anything is planted in a copy of it."""
+    """The package, the lab and their contracts, copied: clean before anything is planted in a copy of it."""
     root = tmp_path_factory.mktemp("floors")
-    shutil.copytree(REPO / "vfleet", root / "vfleet", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("vfleet", "lab"):
+        shutil.copytree(REPO / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
     proc = _lint_imports(root)
     assert proc.returncode == 0, proc.stdout[-4000:]

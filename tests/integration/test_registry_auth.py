@@ -440,7 +440,7 @@ def test_no_credentials_are_sent_over_http(
 def test_a_test_fleet_declares_its_registry_insecure(https_only: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The test fleet's registry and mirror serve plain http on the fleet network; starting or loading the
     fleet declares them (VFLEET_INSECURE_REGISTRIES, kept beside what the operator set), nothing else."""
-    from vfleet.testing.testfleet import Fleet, declare_insecure
+    from lab.testfleet import Fleet, declare_insecure
 
     monkeypatch.setenv("VFLEET_INSECURE_REGISTRIES", "mine.example:5000")
     fleet = Fleet("t", "reg", "10.213.9.2:5000", "127.0.0.1:1", mirror_addr="10.213.9.4:5000")

@@ -1,4 +1,4 @@
-"""`python -m vfleet.testing.stages` (what `make test` runs) on stages made here: every stage runs even
+"""`python -m lab.stages` (what `make test` runs) on stages made here: every stage runs even
 after one failed, each prints its wall time as it ends, and the last line is the closing count, with a
 stage that collected nothing or ended without its summary counted as a failure and the exit status 1;
 healthy stages end 0."""
@@ -54,7 +54,7 @@ def stages_dir(tmp_path: Path) -> dict[str, Path]:
 
 def run(tmp_path: Path, *names: str) -> subprocess.CompletedProcess[str]:
     dirs = stages_dir(tmp_path)
-    argv = [sys.executable, "-m", "vfleet.testing.stages", *(f"{n}={dirs[n]}" for n in names)]
+    argv = [sys.executable, "-m", "lab.stages", *(f"{n}={dirs[n]}" for n in names)]
     # --rootdir: the stages made here, not this checkout's pytest settings.
     argv += ["--", "-p", "no:cacheprovider", f"--rootdir={tmp_path}"]
     return subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)

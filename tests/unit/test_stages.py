@@ -1,4 +1,4 @@
-"""The stage runner of `make test` (vfleet.testing.stages), its parts that run no pytest: which stages,
+"""The stage runner of `make test` (lab.stages), its parts that run no pytest: which stages,
 how a stage's figures are read and judged, the table and the closing line. Running real stages is
 tests/integration/test_stages_run.py."""
 
@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from conftest import REPO
 
-from vfleet.testing import stages
-from vfleet.testing.stages import STAGES, Counts, Stage, StageResult, closing_line, counts_from_stats, parse_args
+from lab import stages
+from lab.stages import STAGES, Counts, Stage, StageResult, closing_line, counts_from_stats, parse_args
 
 
 def result(name: str, rc: int, counts: Counts | None, seconds: float = 1.0) -> StageResult:
@@ -36,7 +36,7 @@ def test_a_stage_that_names_nothing_is_refused(arg: str, capsys: pytest.CaptureF
     with pytest.raises(stages.StageError, match=r"the stages are unit, integration, e2e|NAME=PATH"):
         parse_args([arg])
     assert stages.main([arg]) == 2  # refused before any stage runs
-    assert "vfleet.testing.stages:" in capsys.readouterr().err
+    assert "lab.stages:" in capsys.readouterr().err
 
 
 def test_every_test_file_is_in_exactly_one_stage() -> None:
@@ -103,7 +103,7 @@ def test_the_table_has_a_row_per_stage_with_its_time_and_verdict() -> None:
 def test_the_e2e_lanes_run_side_by_side_and_every_other_file_after_them() -> None:
     """Every e2e file is in one lane or runs alone, never both; the named lanes are all run side by side (no
     file is left over for a lane of the rest), and test_newcomer, which stops dockerd, runs alone after them."""
-    from vfleet.testing import stages as st
+    from lab import stages as st
 
     (stage,), _ = st.parse_args(["e2e"])
     lanes, alone = st._lanes(stage)
@@ -120,7 +120,7 @@ def test_the_integration_lanes_take_every_file_once_and_leave_the_ab_tests_alone
     """Every file of the integration stage, the single file it names included, is in one lane or runs alone;
     the files no lane names form one more lane; the A/B tests, which measure latency, run alone after the
     lanes."""
-    from vfleet.testing import stages as st
+    from lab import stages as st
 
     (stage,), _ = st.parse_args(["integration"])
     lanes, alone = st._lanes(stage)
@@ -141,7 +141,7 @@ def test_the_integration_lanes_take_every_file_once_and_leave_the_ab_tests_alone
 def test_a_file_the_stage_names_itself_runs_in_the_lane_of_the_rest_when_no_lane_takes_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from vfleet.testing import stages as st
+    from lab import stages as st
 
     single = "tests/test_seed002_metadata_reuse.py"
     lanes = tuple(tuple(p for p in lane if p != single) for lane in st.LANES["integration"])

@@ -1,5 +1,7 @@
-"""`vfleet fleet`: roll a fleet with Ansible (rollout, rollback, verify, status), and run a test
-fleet of Docker-in-Docker nodes with a local registry on this machine (up, down, push)."""
+"""`vfleet fleet`: roll a fleet with Ansible (rollout, rollback, verify, status, lb) through its gates.
+
+A test fleet of Docker-in-Docker nodes on one machine is the lab's (`make fleet-up`, `python -m lab
+fleet ...` in the checkout): it is rolled by these same commands, given its inventory."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import datetime as dt
 import json
 import os
 import secrets
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,9 +39,7 @@ def _extra(pairs: list[str]) -> dict[str, Any]:
 
 
 def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
-    p: argparse.ArgumentParser = sub.add_parser(
-        name, help="fleet rollout with Ansible; test fleet", description=__doc__
-    )
+    p: argparse.ArgumentParser = sub.add_parser(name, help="fleet rollout with Ansible", description=__doc__)
     fs = p.add_subparsers(dest="fleet_command", required=True, metavar="ACTION")
     # The defaults are named, not read: every vfleet command builds this parser, also inside an image,
     # which holds no ansible/ tree. They are read where a run needs them.
@@ -52,9 +51,9 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
         ("status", "what runs where: image, digest, profile, health"),
     ):
         q = fs.add_parser(pb, help=text, description=text)
-        where = q.add_mutually_exclusive_group(required=True)
-        where.add_argument("--inventory", "-i", type=Path, help="inventory (e.g. ansible/inventories/example)")
-        where.add_argument("--name", help="a test fleet started with `vfleet fleet up`")
+        q.add_argument(
+            "--inventory", "-i", type=Path, required=True, help="inventory (e.g. ansible/inventories/example)"
+        )
         if pb in ("rollout", "rollback"):
             q.add_argument("--image", required=pb == "rollout", help="image to deploy (tag or repo@sha256:digest)")
             q.add_argument("--batch-size", help="nodes per batch after the canary (number or percent)")
@@ -123,47 +122,9 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
             q.add_argument("--json", type=Path, metavar="FILE", help="also write the status as JSON")
             q.add_argument("--html", type=Path, metavar="FILE", help="also write the fleet page (docs/fleet.md)")
 
-    up = fs.add_parser("up", help="start a test fleet (registry + Docker-in-Docker nodes)")
-    up.add_argument("--name", default="dev")
-    up.add_argument("--nodes", type=int, default=3)
-    up.add_argument("--profile", default="tiny/cpu")
-    up.add_argument(
-        "--model-dir",
-        type=Path,
-        help="copied to every node's /srv/models (default for tiny/cpu: the locally built tiny model)",
-    )
-    up.add_argument("--no-model", action="store_true", help="copy no model onto the nodes")
-    down = fs.add_parser("down", help="remove a test fleet (by label) and its state")
-    down.add_argument("--name", default="dev")
-    push = fs.add_parser("push", help="push a local image to a test fleet's registry")
-    push.add_argument("--name", default="dev")
-    push.add_argument("image")
-    stage = fs.add_parser(
-        "stage",
-        help="push images to a test fleet's registry, boot-verify each on this machine and promote it",
-        description="Push each IMAGE to the test fleet's registry, boot-verify it on this machine's dockerd "
-        "as a staging node does (`vfleet stage`), and promote the registry digest the nodes pull. Prints the "
-        "REPO@sha256 reference to roll out.",
-    )
-    stage.add_argument("--name", default="dev")
-    stage.add_argument("--profile", help="serve profile (default: the fleet's)")
-    stage.add_argument("images", nargs="+", metavar="IMAGE")
-    # The pushed manifest digest is what the nodes pull and the rollout verifies: sign it (issue 13).
-    push.add_argument("--sign-key", type=Path, metavar="PRIV", help="sign the pushed manifest digest's provenance")
-    stage.add_argument(
-        "--sign-key",
-        type=Path,
-        metavar="PRIV",
-        help="sign the pushed manifest digest's provenance, and each boot-verify summary (which promotion needs; "
-        "VFLEET_SIGN_KEY signs the summaries only)",
-    )
-    for sp in (push, stage):
-        sp.add_argument("--store", type=Path, help="supply store (default: VFLEET_SUPPLY_STORE or REPORTS/supply)")
-    show = fs.add_parser("show", help="print a test fleet: nodes, addresses, registry, inventory")
-    show.add_argument("--name", default="dev")
     mark = fs.add_parser(
         "mark",
-        help="whether hosts are nodes `vfleet fleet up` started (the check the playbooks run before the lock)",
+        help="whether hosts are nodes of a test fleet (`make fleet-up`; the check the playbooks run before the lock)",
         description="Print {test_fleet, why} as JSON: whether every host named is a container of this "
         "controller's docker labelled for its fleet (vfleet_fleet_name) and reached through it. Always exits 0.",
     )
@@ -171,9 +132,7 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
     mark.add_argument("--hosts", default="{}", metavar="JSON", help="{host: its variables} (connection and fleet)")
 
     lb = fs.add_parser("lb", help="set up the balancer (HAProxy on the vfleet_lb hosts, a server per node)")
-    lb_where = lb.add_mutually_exclusive_group(required=True)
-    lb_where.add_argument("--inventory", "-i", type=Path)
-    lb_where.add_argument("--name", help="a test fleet started with `vfleet fleet up`")
+    lb.add_argument("--inventory", "-i", type=Path, required=True)
     lb.add_argument("--vault-password-file", type=Path)
     return p
 
@@ -185,9 +144,8 @@ def new_run_id() -> str:
 def _playbook(args: argparse.Namespace) -> int:
     from vfleet.fleet import inventory as fleet_inventory  # noqa: PLC0415
     from vfleet.supply.statements import normalized as trusted_specs  # noqa: PLC0415
-    from vfleet.testing import testfleet  # noqa: PLC0415
 
-    inventory = (args.inventory if args.inventory else testfleet.load(args.name).inventory).resolve()
+    inventory = args.inventory.resolve()
     if args.fleet_command == "lb":
         return run_playbook("lb", inventory, {}, None, args.vault_password_file).returncode
     extra = _extra(args.extra_var)
@@ -324,101 +282,9 @@ def _add_provenance(status_file: Path, key_specs: list[str], store: Path | None)
     os.replace(tmp, status_file)
 
 
-def _stage(args: argparse.Namespace) -> int:
-    """Push, sign the pushed digests with --sign-key, then stage: each boot-verify summary is signed with
-    --sign-key, else VFLEET_SIGN_KEY (the image provenance is signed only with --sign-key: a build that has
-    no record in the store, a `docker build` layer, can still be staged). No key is refused before the push."""
-    from vfleet import tinymodel  # noqa: PLC0415
-    from vfleet.staging import Candidate, stage  # noqa: PLC0415
-    from vfleet.testing import testfleet  # noqa: PLC0415
-    from vfleet.verify import attestation  # noqa: PLC0415
-
-    fleet = testfleet.load(args.name)
-    profile = args.profile or fleet.profile
-    if profile != "tiny/cpu":
-        raise VfleetError(f"vfleet fleet stage runs tiny/cpu on this machine; stage {profile} with `vfleet stage`")
-    summary_key = attestation.sign_key_path(args.sign_key)
-    if summary_key is None:
-        raise VfleetError(f"vfleet fleet stage promotes only a signed boot-verify result: {attestation.NO_SIGN_KEY}")
-    attestation.load_signer(summary_key)  # a bad key fails before the push
-    candidates = []
-    for image in args.images:
-        print(f"push {image} -> {fleet.push(image)}")
-        candidates.append(Candidate(fleet.alias(image), fleet.digest_ref(image)))
-        _sign_pushed(args, fleet.digest_ref(image))
-    results = stage(candidates, profile, tinymodel.build(), sign_key=summary_key)
-    for r in results:
-        print(f"{'promoted' if r.promoted else 'NOT promoted'}: {r.candidate.promote_as}")
-    return 0 if all(r.promoted for r in results) else 1
-
-
-def _sign_pushed(args: argparse.Namespace, digest_ref: str) -> None:
-    """With --sign-key: sign the build record of the pushed image for its manifest digest (the image's
-    record is found by its image ID, the manifest's config digest; docs/supply-chain.md)."""
-    if not args.sign_key:
-        return
-    from vfleet.supply import default_store  # noqa: PLC0415
-    from vfleet.supply.attest import sign_image  # cryptography: see _add_provenance  # noqa: PLC0415
-
-    print(f"signed {digest_ref}: {sign_image(digest_ref, args.sign_key, args.store or default_store())}")
-
-
-def _docker_for_test_fleet(args: argparse.Namespace) -> None:
-    """A test fleet lives in this machine's dockerd (its nodes, registry and balancer are containers, and
-    Ansible reaches them through the docker CLI): start it first, as `vfleet image build` does, so that a
-    newcomer's first `make fleet-up` works on a machine where no daemon runs yet. A real inventory's
-    nodes are reached over SSH and need no local daemon."""
-    if args.fleet_command in ("up", "down", "push", "stage", "show") or getattr(args, "name", None):
-        from vfleet.dockerd import ensure_dockerd  # noqa: PLC0415
-
-        state = ensure_dockerd()
-        if state != "running":
-            print(f"dockerd: {state}", file=sys.stderr)
-
-
 def run(args: argparse.Namespace) -> int:
     cmd = args.fleet_command
     if cmd == "mark":
         print(judge_json(args.claimed, json.loads(args.hosts)).as_json())
         return 0
-    _docker_for_test_fleet(args)
-    if cmd in ("rollout", "rollback", "verify", "status", "lb"):
-        return _playbook(args)
-    from vfleet import tinymodel  # noqa: PLC0415
-    from vfleet.testing import testfleet  # noqa: PLC0415
-
-    if cmd == "up":
-        model_dir = args.model_dir
-        if model_dir is None and not args.no_model and args.profile == "tiny/cpu":
-            model_dir = tinymodel.build()
-        fleet = testfleet.up(args.name, args.nodes, args.profile, model_dir=model_dir, api_key=True)
-        print(
-            f"fleet {fleet.name}: {len(fleet.nodes)} nodes behind the balancer {fleet.lb_url}, registry "
-            f"{fleet.registry_addr} (push via {fleet.registry_local}); inventory {fleet.inventory}"
-            + (f"; model {model_dir} copied to each node's /srv/models" if model_dir else "")
-            + f"; API key in {fleet.api_key_file}"
-        )
-        return 0
-    if cmd == "down":
-        removed = testfleet.down(args.name)
-        print(f"fleet {args.name}: removed {len(removed)} containers")
-        return 0
-    if cmd in ("push", "stage") and args.sign_key:
-        from vfleet.supply.statements import load_private_key  # cryptography: see _add_provenance  # noqa: PLC0415
-
-        load_private_key(args.sign_key)  # a bad key fails before the push
-    if cmd == "push":
-        fleet = testfleet.load(args.name)
-        print(fleet.push(args.image))
-        print(fleet.digest_ref(args.image))
-        _sign_pushed(args, fleet.digest_ref(args.image))
-        return 0
-    if cmd == "stage":
-        return _stage(args)
-    fleet = testfleet.load(args.name)
-    print(f"registry {fleet.registry} {fleet.registry_addr} (controller: {fleet.registry_local})")
-    print(f"balancer {fleet.lb.name} http://{fleet.lb.ip}:{testfleet.LB_PORT}")
-    for n in fleet.nodes:
-        print(f"{n.name} {n.ip} health={fleet.health(n.name)}")
-    print(f"inventory {fleet.inventory}")
-    return 0
+    return _playbook(args)

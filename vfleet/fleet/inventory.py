@@ -1,6 +1,6 @@
 """What `vfleet fleet rollout|rollback|verify` reads from the inventory before ansible-playbook starts
 (docs/fleet.md, "What a fleet may set" and "Test-fleet switches"): whether it is a test fleet's (every
-host a node `vfleet fleet up` started: vfleet/fleet/mark.py), the role inputs it and the command line
+host a node `make fleet-up` started: vfleet/fleet/mark.py), the role inputs it and the command line
 set, and the serve profiles of its nodes.
 
 The roles' tables, in ansible/roles/vfleet_node/vars/main.yml and read from there: vfleet_node__inputs,
@@ -130,7 +130,7 @@ class Inventory:
 
     @property
     def claims_test_fleet(self) -> bool:
-        """Its group vfleet_test_fleet holds every host: the claim `vfleet fleet up` writes, not yet the mark."""
+        """Its group vfleet_test_fleet holds every host: the claim `make fleet-up` writes, not yet the mark."""
         marked = self.groups.get(TEST_FLEET_GROUP, frozenset())
         return bool(marked) and self.hosts <= marked
 
@@ -186,7 +186,7 @@ def read(path: Path, vault_password_file: Path | None = None) -> Inventory:
 
 
 def mark_of(inv: Inventory) -> Mark:
-    """The test-fleet mark of INV as it is: the claim (the group) and every host a node of `vfleet fleet up`."""
+    """The test-fleet mark of INV as it is: the claim (the group) and every host a node of `make fleet-up`."""
     return judge(inv.claims_test_fleet, [HostSpec.of(h, inv.hostvars[h]) for h in sorted(inv.hosts)])
 
 
@@ -296,7 +296,7 @@ def production_problems(inv: Inventory, user_extra: dict[str, Any], mark: Mark |
             out.append(
                 f"{where}: not a production profile (production: false in serve_configs/models/{prof.model}/"
                 "model.yaml), and only a test fleet's inventory may serve one; serve a production profile on "
-                "these hosts, or run on a test fleet (`vfleet fleet up`)"
+                "these hosts, or run on a test fleet (`make fleet-up`)"
             )
     return out
 

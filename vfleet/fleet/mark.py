@@ -1,10 +1,10 @@
 """The test-fleet mark, as it is (docs/fleet.md, "Test-fleet switches"): an inventory is a test fleet's
-only when every one of its hosts is a container that `vfleet fleet up` started on this controller's
+only when every one of its hosts is a container that `make fleet-up` started on this controller's
 docker, labelled for one fleet, and the inventory reaches it through that docker. A group named
 vfleet_test_fleet is only the inventory's claim: a production inventory with that group added by hand
 is no test fleet, and the reason says which host is not such a node.
 
-The labels are written here, once: vfleet/testing (which `vfleet fleet up` is) imports them. Both the CLI
+The labels are written here, once: lab (which `make fleet-up` is) imports them. Both the CLI
 (vfleet/fleet/inventory.py, before ansible-playbook starts) and the playbooks (`vfleet fleet mark`,
 run by ansible/roles/vfleet_node/tasks/mark.yml before the lock) judge the hosts with `judge`.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 from vfleet.dockerd import DockerError, docker
 
-#: The group an inventory of `vfleet fleet up` has, holding every host: the claim, never the proof.
+#: The group an inventory of `make fleet-up` has, holding every host: the claim, never the proof.
 TEST_FLEET_GROUP = "vfleet_test_fleet"
 #: Every container of a test fleet carries these labels: managed, the fleet's name, and its role.
 MANAGED_LABEL = "org.vfleet.managed"
@@ -105,7 +105,7 @@ def _label_problem(spec: HostSpec, labels: dict[str, str] | None) -> str:
     if labels is None:
         return f"{spec.name}: no container {spec.container} in this controller's docker"
     if labels.get(MANAGED_LABEL) != "true" or labels.get(ROLE_LABEL) not in HOST_ROLES:
-        return f"{spec.name}: container {spec.container} is no node `vfleet fleet up` started (its labels)"
+        return f"{spec.name}: container {spec.container} is no node `make fleet-up` started (its labels)"
     if labels.get(FLEET_LABEL) != spec.fleet:
         return (
             f"{spec.name}: container {spec.container} belongs to test fleet {labels.get(FLEET_LABEL)!r}, "
@@ -139,7 +139,7 @@ def judge(claimed: bool, specs: list[HostSpec]) -> Mark:
 
 def _not_nodes(problems: list[str]) -> str:
     shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
-    return f"its group {TEST_FLEET_GROUP} is no mark: not every host is a node `vfleet fleet up` started ({shown})"
+    return f"its group {TEST_FLEET_GROUP} is no mark: not every host is a node `make fleet-up` started ({shown})"
 
 
 def judge_json(claimed: bool, hosts: dict[str, dict[str, Any]]) -> Mark:

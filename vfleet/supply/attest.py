@@ -3,7 +3,7 @@ and the signature when a key is given), and `vfleet image sign REF --key PRIV`.
 
 A fresh build is a local image: its Statement names it by its image ID. Pushing it to a registry gives
 it a manifest digest, which is what a node pulls and what the rollout checks, so the pushed reference is
-signed again (`vfleet image sign HOST/REPO@sha256:D`, or `vfleet fleet push/stage --sign-key`): the same
+signed again (`vfleet image sign HOST/REPO@sha256:D`, or `python -m lab fleet push/stage --sign-key`): the same
 Statement, SBOM and materials, with the manifest digest as subject. The record is found by the image ID,
 which the registry manifest carries as its config digest.
 """

@@ -22,15 +22,11 @@ NOT_SETTINGS = {
     "VFLEET_VERSION",  # a build argument of the images
     "VFLEET_VERIFY_TREE",  # set by `vfleet patches status` for the Verified-By tests it runs (tests read it)
 }
-#: Only the test harness reads these (vfleet/testing/, not carried by the images).
-SKIP_DIRS = ("testing",)
 
 
 def _named_in_code(root: Path = REPO / "vfleet") -> dict[str, str]:
     found: dict[str, str] = {}
     for path in sorted(root.rglob("*.py")):
-        if any(part in SKIP_DIRS for part in path.relative_to(root).parts):
-            continue
         for name in re.findall(r"\bVFLEET_[A-Z][A-Z_]*[A-Z]\b", path.read_text()):
             found.setdefault(name, str(path.relative_to(root.parent)))
     return found
@@ -48,13 +44,12 @@ def test_every_variable_the_code_names_is_a_setting() -> None:
 
 
 def test_a_variable_named_in_the_code_but_not_in_the_model_is_found(tmp_path: Path) -> None:
-    """The check above fails on a tree where one module reads a variable the model lacks, and names the module;
-    one under vfleet/testing/ (the lab's own switches) is left to the lab."""
+    """The check above fails on a tree where one module reads a variable the model lacks, and names the module.
+    (The lab's own switches are read under lab/, outside the tree it reads.)"""
     tree = tmp_path / "vfleet"
     shutil.copytree(REPO / "vfleet", tree, ignore=shutil.ignore_patterns("__pycache__"))
     assert _unknown(tree) == {}
     (tree / "commands" / "knob.py").write_text('import os\nKNOB = os.environ.get("VFLEET_NEW_KNOB")\n')
-    (tree / "testing" / "lab_knob.py").write_text('import os\nLAB = os.environ.get("VFLEET_LAB_ONLY")\n')
     assert _unknown(tree) == {"VFLEET_NEW_KNOB": "vfleet/commands/knob.py"}
 
 

@@ -13,11 +13,11 @@ when any stage failed. A stage fails when its pytest fails, when it collected no
 no counts (killed, or a test that ended the process): such a stage counts as one failure in the closing
 line when no test of it failed, so that the line never reads clean when the run was not.
 
-    python -m vfleet.testing.stages [STAGE ...] [-- PYTEST_ARGS]
+    python -m lab.stages [STAGE ...] [-- PYTEST_ARGS]
 
 STAGE is unit, integration or e2e (all three when none is given), or NAME=PATH[,PATH...] for other
 folders. The counts are pytest's own (the figures of its summary line): this module is loaded into each
-stage's pytest as a plugin (`-p vfleet.testing.stages`) and writes them to the file named by
+stage's pytest as a plugin (`-p lab.stages`) and writes them to the file named by
 VFLEET_STAGE_COUNTS.
 """
 
@@ -53,9 +53,9 @@ __all__ = [
     "wall",
 ]
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 COUNTS_ENV = "VFLEET_STAGE_COUNTS"
-PLUGIN = "vfleet.testing.stages"  # not __name__: that is __main__ under `python -m`
+PLUGIN = "lab.stages"  # not __name__: that is __main__ under `python -m`
 
 #: The tiers, in the order `make test` runs them: folders relative to the checkout.
 STAGES: dict[str, tuple[str, ...]] = {
@@ -374,7 +374,7 @@ def closing_line(results: Sequence[StageResult]) -> str:
 
 
 def compile_package() -> None:
-    """Write the .pyc files of vfleet's own modules, once, before the stages.
+    """Write the .pyc files of vfleet's own modules and the lab's, once, before the stages.
 
     CI sets PYTHONDONTWRITEBYTECODE, and the bootstrap compiles only the installed packages
     (vfleet.bootstrap.compile_bytecode): vfleet itself is the checkout, so every Python process of the
@@ -384,14 +384,15 @@ def compile_package() -> None:
     (compileall) are not what the variable turns off; the files are __pycache__/, which git ignores."""
     import compileall  # noqa: PLC0415
 
-    compileall.compile_dir(str(ROOT / "vfleet"), quiet=1, workers=1)
+    for package in ("vfleet", "lab"):
+        compileall.compile_dir(str(ROOT / package), quiet=1, workers=1)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         stages, extra = parse_args(sys.argv[1:] if argv is None else argv)
     except StageError as exc:
-        print(f"vfleet.testing.stages: {exc}", file=sys.stderr)
+        print(f"lab.stages: {exc}", file=sys.stderr)
         return 2
     compile_package()
     results: list[StageResult] = []

@@ -1,7 +1,7 @@
-"""A test fleet's state: its nodes, registry and balancer as `vfleet fleet up` left them (fleet.json in
+"""A test fleet's state: its nodes, registry and balancer as `make fleet-up` left them (fleet.json in
 its state directory), and what the tests and benchmarks ask of a running fleet (push an image, a node's
 docker, a node's health, the bytes a pull moves, the registry's requests). Starting and removing a
-fleet is vfleet.testing.testfleet, which re-exports these names.
+fleet is lab.testfleet, which re-exports these names.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 
 import httpx
 
+from lab.docker import docker
+from lab.images import cache_dir
+from lab.registrylog import RegistryRequest
 from vfleet.errors import VfleetError
 from vfleet.fleet.mark import FLEET_LABEL
-from vfleet.testing.docker import docker
-from vfleet.testing.images import cache_dir
-from vfleet.testing.registrylog import RegistryRequest
 from vfleet.verify.client import status_of
 
 #: The label of every container of a fleet (its value the fleet's name): vfleet.fleet.mark's, which checks it.
@@ -80,7 +80,8 @@ class Fleet:
         found = [d.split("@", 1)[1] for d in digests or [] if d.split("@", 1)[0] == repo]
         if not found:
             raise VfleetError(
-                f"{local_ref} was not pushed to fleet {self.name}: `vfleet fleet push --name {self.name} {local_ref}`"
+                f"{local_ref} was not pushed to fleet {self.name}: "
+                f"`python -m lab fleet push --name {self.name} {local_ref}`"
             )
         return f"{self.registry_addr}/{repo.split('/', 1)[1]}@{found[0]}"
 
@@ -156,7 +157,7 @@ def state_dir(name: str) -> Path:
 def load(name: str) -> Fleet:
     path = state_dir(name) / "fleet.json"
     if not path.exists():
-        raise VfleetError(f"no test fleet {name!r} (no {path}): start one with `vfleet fleet up --name {name}`")
+        raise VfleetError(f"no test fleet {name!r} (no {path}): start one with `make fleet-up FLEET={name}`")
     data = json.loads(path.read_text())
     data["nodes"] = [Node(**n) for n in data["nodes"]]
     data["lb"] = Node(**data["lb"])

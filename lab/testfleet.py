@@ -25,14 +25,14 @@ from typing import Any
 
 import yaml
 
+from lab.docker import docker, ids_by_label
+from lab.fleetmodel import LABEL, LB_PORT, Fleet, Node, state_dir
+from lab.fleetmodel import load as load_model
+from lab.images import NODE_IMAGE, build_node_image
+from lab.registrylog import RegistryRequest
 from vfleet.errors import VfleetError
 from vfleet.fleet.ansible import run_playbook
 from vfleet.fleet.mark import BALANCER_ROLE, MANAGED_LABEL, NODE_ROLE, ROLE_LABEL, TEST_FLEET_GROUP
-from vfleet.testing.docker import docker, ids_by_label
-from vfleet.testing.fleetmodel import LABEL, LB_PORT, Fleet, Node, state_dir
-from vfleet.testing.fleetmodel import load as load_model
-from vfleet.testing.images import NODE_IMAGE, build_node_image
-from vfleet.testing.registrylog import RegistryRequest
 from vfleet.waiting import wait_until
 
 #: The fleet model (fleetmodel) and the registry log reader (registrylog) are re-exported here.
@@ -79,7 +79,7 @@ DIND_FLAGS = [
     "/var/lib/docker",
 ]
 
-#: Stand-in boot-verify for the light stand-in images (vfleet/testing/images.py FAKE_VARIANTS): GET /verify.
+#: Stand-in boot-verify for the light stand-in images (lab/images.py FAKE_VARIANTS): GET /verify.
 VERIFY_STANDIN = [
     sys.executable,
     "-c",
@@ -113,7 +113,7 @@ def declare_insecure(fleet: Fleet) -> None:
 
 
 def load(name: str) -> Fleet:
-    """The test fleet NAME (`vfleet fleet up`), its registry declared insecure (declare_insecure)."""
+    """The test fleet NAME (`make fleet-up`), its registry declared insecure (declare_insecure)."""
     fleet = load_model(name)
     declare_insecure(fleet)
     return fleet
@@ -129,7 +129,7 @@ def _network(name: str, labels: list[str]) -> tuple[str, str]:
             return net, subnet
         last = docker("network", "inspect", net, check=False)
         if last.strip() and last.strip() != "[]":
-            raise VfleetError(f"docker network {net} already exists: `vfleet fleet down --name {name}` first")
+            raise VfleetError(f"docker network {net} already exists: `make fleet-down FLEET={name}` first")
     raise VfleetError(f"no free subnet for the fleet network among {SUBNETS[0]}..{SUBNETS[-1]}")
 
 
@@ -185,7 +185,7 @@ def write_inventory(
         }
     }
     fleet.inventory.write_text(
-        "---\n# Written by vfleet fleet up; removed by vfleet fleet down.\n" + yaml.safe_dump(doc, sort_keys=False)
+        "---\n# Written by make fleet-up; removed by make fleet-down.\n" + yaml.safe_dump(doc, sort_keys=False)
     )
     return fleet.inventory
 
@@ -210,7 +210,7 @@ def up(
     if nodes > 200:
         raise VfleetError("a test fleet holds at most 200 nodes (--nodes N)")
     if ids_by_label("container", f"{LABEL}={name}"):
-        raise VfleetError(f"test fleet {name!r} already exists: `vfleet fleet down --name {name}` first")
+        raise VfleetError(f"test fleet {name!r} already exists: `make fleet-down FLEET={name}` first")
     build_node_image()
     # The labels the test-fleet mark checks (vfleet/fleet/mark.py): a switch is honoured only on nodes so labelled.
     labels = ["--label", f"{MANAGED_LABEL}=true", "--label", f"{LABEL}={name}"]

@@ -13,10 +13,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from lab.docker import docker, docker_bin, image_exists
 from vfleet import PACKAGE_DIR
 from vfleet.errors import VfleetError
 from vfleet.images.base import debian_image
-from vfleet.testing.docker import docker, docker_bin, image_exists
 
 #: Bump the recipe tag whenever the node image recipe changes.
 NODE_IMAGE = "vfleet-fleet-node:bookworm-r4"
