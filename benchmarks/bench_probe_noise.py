@@ -7,7 +7,7 @@ cached-vs-salted gap per question, with N concurrent client streams beside the p
 Starts --streams client loops (each sends one completion at a time: a unique prompt of about
 --prompt-words words, --output-tokens tokens, ignore_eos; no two share a prefix block, so they add no
 prefix-cache hits), waits until each has finished one request, then runs the probe
-(vfleet.verify.cacheprobe.integrity_probe, the profile's own spec) --runs times back to back, and stops
+(vfleet.verify.probe.integrity.integrity_probe, the profile's own spec) --runs times back to back, and stops
 the streams. Writes DIR/LABEL.jsonl: one line per probe with each question's verdict, its noise (the gap
 between its two cache_salt answers), the probe's floor and allowance, the gap to the nearer cache_salt
 answer, flips, and the raw answers (token ids, top logprobs) of every question; and a last summary line
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from vfleet.profiles import Catalog
-from vfleet.verify.cacheprobe import NAMES as WORDS
-from vfleet.verify.cacheprobe import integrity_probe
 from vfleet.verify.client import Client
+from vfleet.verify.probe.cache import NAMES as WORDS
+from vfleet.verify.probe.integrity import integrity_probe
 
 
 class Streams:

@@ -235,8 +235,8 @@ verify() {  # verify LABEL
 
 verify_graph() {
   set_tol
-  log "GPU health on the host (vfleet.verify.gpuhealth.run_gpu_health), server up"
-  "$PY" -c 'import json; from vfleet.verify.gpuhealth import run_gpu_health; print(json.dumps(run_gpu_health(None, "nvidia"), indent=1))' \
+  log "GPU health on the host (vfleet.verify.probe.gpuhealth.run_gpu_health), server up"
+  "$PY" -c 'import json; from vfleet.verify.probe.gpuhealth import run_gpu_health; print(json.dumps(run_gpu_health(None, "nvidia"), indent=1))' \
     2>&1 | tee "$OUT/gpu-health.json"
   verify graph
   stop graph

@@ -24,7 +24,7 @@ from vfleet.cli import main as vfleet_main
 from vfleet.dockerd import ensure_dockerd
 from vfleet.errors import VfleetError
 from vfleet.staging import Candidate, stage
-from vfleet.verify import attestation
+from vfleet.verify.record import attestation
 
 #: The product's fleet actions: run by vfleet itself on the test fleet's inventory.
 PRODUCT_ACTIONS = ("rollout", "rollback", "verify", "status", "lb")

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from vfleet.verify.cacheprobe import ProbeSetupError, integrity_probe, prefix_hit_check
+from vfleet.verify.probe.cache import prefix_hit_check
+from vfleet.verify.probe.integrity import ProbeSetupError, integrity_probe
 from vfleet.verify.target import Target
 
 

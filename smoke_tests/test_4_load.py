@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vfleet.verify.client import stream_completion
-from vfleet.verify.load import make_prompt, run_level
+from vfleet.verify.probe.load import make_prompt, run_level
 from vfleet.verify.target import Target
 
 

@@ -1,6 +1,6 @@
 """2.2: the server log (read after the traffic, so faults that fire mid-decode are in it).
 
-One test per entry of the log-check registry (vfleet.verify.logcheck.REGISTRY): test_log[NAME]."""
+One test per entry of the log-check registry (vfleet.verify.log.check.REGISTRY): test_log[NAME]."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vfleet.verify import logcheck
+from vfleet.verify.log import check as logcheck
 from vfleet.verify.target import Target
 
 

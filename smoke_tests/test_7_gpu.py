@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from vfleet.verify.gpuhealth import run_gpu_health
+from vfleet.verify.probe.gpuhealth import run_gpu_health
 from vfleet.verify.target import Target
 
 

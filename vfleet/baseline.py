@@ -8,7 +8,7 @@ records another one (or records none where there is one), and judges against wha
 neither a hand-written line nor an edited `baseline` field chooses what an image is compared with.
 
 A baseline is used only as a promoted, signed report (`checked`): its line names a report whose signed
-verification summary (vfleet.verify.attestation) a trusted key made for that digest and profile, under
+verification summary (vfleet.verify.record.attestation) a trusted key made for that digest and profile, under
 the serve profiles the line records. A line that names no report, or whose summary does not check, stops
 the promotion (and the check) and is named: it is never skipped for an older one, never read as "no
 baseline". With no line above, the promotion is the profile's first, and says "no baseline: first
@@ -31,11 +31,12 @@ from vfleet.profiles import Profile
 from vfleet.supply import statements
 from vfleet.supply.statements import VERIFY, Keyring
 from vfleet.supply.store import SupplyError
-from vfleet.verify import attestation, logtemplates
 from vfleet.verify.answers import gate as answers_gate
 from vfleet.verify.answers.figure import AnswersFigure
 from vfleet.verify.answers.verdict import NO_BASELINE
-from vfleet.verify.model import SCHEMA, Report
+from vfleet.verify.log import templates as logtemplates
+from vfleet.verify.record import attestation
+from vfleet.verify.record.model import SCHEMA, Report
 
 #: What a promotion with no image promoted before it for its profile says, in its output and its line, is
 #: NO_BASELINE, imported from the answers gate's verdict (the lowest module that says it).

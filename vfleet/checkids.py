@@ -2,7 +2,7 @@
 
 The profile schema validates `verify.not_applicable` against them, and tests/unit/judge/test_verify_checks.py
 checks that this list equals what pytest collects from smoke_tests/, and that LOG_CHECKS names the log
-check registry (vfleet.verify.logcheck.REGISTRY, which smoke_tests/test_6_log.py is parametrized by) in
+check registry (vfleet.verify.log.check.REGISTRY, which smoke_tests/test_6_log.py is parametrized by) in
 its order. `test_load[C<n>]` stands for one check per `verify.load.levels` entry.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 #: The log checks of smoke_tests/test_6_log.py, in the order they run: the names of
-#: vfleet.verify.logcheck.REGISTRY (a unit test ties the two; adding a log check adds its name here).
+#: vfleet.verify.log.check.REGISTRY (a unit test ties the two; adding a log check adds its name here).
 LOG_CHECKS: tuple[str, ...] = ("faults", "attention_backend", "graph_mode", "kv_tokens", "autofit")
 
 LOAD_TEMPLATE = "test_load[C<n>]"

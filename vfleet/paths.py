@@ -23,9 +23,17 @@ def home() -> Path:
 
 
 #: A release's data, read from elsewhere than the vfleet home: a rollback to an image of an earlier
-#: release points it at that release's snapshot (vfleet.verify.releases), so the serve profiles,
+#: release points it at that release's snapshot (vfleet.verify.record.releases), so the serve profiles,
 #: versions.json, patches/ and requirements/ the gates compare with are the image's own.
 RELEASE_ENV = "VFLEET_RELEASE_DIR"
+
+
+def suite_dir() -> Path:
+    """The boot-verify suite, smoke_tests/ (of the checkout, or of an image's /opt/vfleet)."""
+    path = home() / "smoke_tests"
+    if not (path / "conftest.py").is_file():
+        raise VfleetError(f"{path}: the boot-verify suite is missing; run from a vfleet checkout or image")
+    return path
 
 
 def release_dir() -> Path:

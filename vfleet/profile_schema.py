@@ -168,7 +168,7 @@ class WarningAllow(Strict):
 
 class WarningsSpec(Strict):
     """New WARNING and stderr message templates against the last promoted report of the profile
-    (vfleet.verify.logtemplates)."""
+    (vfleet.verify.log.templates)."""
 
     #: whether a new template fails the promotion gate; None: it does for a production profile.
     new_fails: bool | None = None

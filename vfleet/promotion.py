@@ -4,7 +4,7 @@ attestation) a trusted key made. Promotions are appended to a JSON-lines registr
 
 Digests are registry manifest digests (`REPO@sha256:D`, what a rollout pulls), never local image IDs:
 `vfleet promote REF` resolves REF the same way `vfleet verify` records a report's digest
-(vfleet.verify.image). A production profile needs a report whose digest was read from the verified
+(vfleet.verify.record.image). A production profile needs a report whose digest was read from the verified
 container (`vfleet verify --container`); a non-production one may use a digest from a reference.
 
 Nothing a report says about itself is taken as given (a report.json is a file anyone can edit): `passed`
@@ -39,9 +39,10 @@ from vfleet.errors import VfleetError
 from vfleet.paths import profiles_digest, reports_dir
 from vfleet.profiles import Catalog, Profile
 from vfleet.supply.statements import VERIFY, Keyring
-from vfleet.verify import attestation, logtemplates, releases
-from vfleet.verify.image import SOURCE_CONTAINER, registry_digest
-from vfleet.verify.model import Report, verdict_problems
+from vfleet.verify.log import templates as logtemplates
+from vfleet.verify.record import attestation, releases
+from vfleet.verify.record.image import SOURCE_CONTAINER, registry_digest
+from vfleet.verify.record.model import Report, verdict_problems
 
 
 def default_registry() -> Path:
@@ -141,7 +142,7 @@ def weights_problems(rep: Report, accepted: list[str]) -> list[str]:
 
 def check_report(path: Path, g: Gate) -> tuple[Report | None, list[str]]:
     """The report at ``path`` and why it cannot promote ``g.digest`` (empty: it can): its content
-    (report_problems) and its signed verification summary (vfleet.verify.attestation.check). A report
+    (report_problems) and its signed verification summary (vfleet.verify.record.attestation.check). A report
     that does not load (missing, unknown key, wrong type, older schema) is never a pass."""
     try:
         rep = load_report(path)

@@ -8,7 +8,7 @@ a free loopback port), wait for /health, run the real boot-verify suite against 
 runs), remove the container, and, if the report passed, promote the image by its registry digest.
 Several images boot side by side (the boot dominates); they are verified one after the other.
 
-Promotion needs the run's verification summary signed (vfleet.verify.attestation): staging signs it with
+Promotion needs the run's verification summary signed (vfleet.verify.record.attestation): staging signs it with
 the signing key it is given and promotes trusting that key's public half. Without a key nothing is
 staged for promotion: the refusal comes before any container starts.
 """
@@ -28,8 +28,9 @@ from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
 from vfleet.server import ContainerServer
 from vfleet.supply import statements
-from vfleet.verify import attestation, runner
-from vfleet.verify.model import Report
+from vfleet.verify import runner
+from vfleet.verify.record import attestation
+from vfleet.verify.record.model import Report
 
 
 @dataclass(frozen=True)

@@ -348,7 +348,7 @@ def _ab_report(
         from test_promotion import key_files
 
         from vfleet.ab import attest as ab_attest
-        from vfleet.verify import attestation
+        from vfleet.verify.record import attestation
 
         ab_attest.write(written, attestation.load_signer(key_files(sign_with)[0]))
     return written.parent

@@ -4,7 +4,7 @@ part 4; the short version of benchmarks/bench_kv_corruption.py).
 Not a fake: a test-only vLLM plugin (tests/kvcorrupt/vfleet_kvcorrupt.py), loaded through vLLM's
 `vllm.general_plugins` entry point from this test's own PYTHONPATH only, corrupts the KV blocks a
 request finds in the prefix cache, inside the engine, before the step that reads them. The probe
-(vfleet.verify.cacheprobe.integrity_probe, what boot-verify runs) must flag every corrupted trial,
+(vfleet.verify.probe.integrity.integrity_probe, what boot-verify runs) must flag every corrupted trial,
 and no clean trial, on two tiny models: `random` (top tokens on a knife edge) and `confident` (wide
 margins, so a mild corruption leaves the greedy text unchanged and only the logprobs show it).
 """

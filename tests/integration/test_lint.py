@@ -108,9 +108,9 @@ PLANTS = {
     # judge), and the image build calling the supply chain (a room of build up into the one above it).
     "the profile schema imports boot-verify": (
         "vfleet/profile_schema.py",
-        "import vfleet.verify.logcheck",
+        "import vfleet.verify.log.check",
         "floors:",
-        "vfleet.profile_schema -> vfleet.verify.logcheck",
+        "vfleet.profile_schema -> vfleet.verify.log.check",
     ),
     "the image build calls the supply chain": (
         "vfleet/images/build.py",
@@ -121,9 +121,9 @@ PLANTS = {
     # build reaching up into judge.
     "build imports judge": (
         "vfleet/images/refs.py",
-        "import vfleet.verify.model",
+        "import vfleet.verify.record.model",
         "floors:",
-        "vfleet.images.refs -> vfleet.verify.model",
+        "vfleet.images.refs -> vfleet.verify.record.model",
     ),
     # Inside one floor: boot-verify importing the A/B, which imports boot-verify (a room's arrow up).
     "judge room up": (
@@ -134,10 +134,10 @@ PLANTS = {
     ),
     # A circle inside one package, which no floor sees: the log parser importing the log checks.
     "circle in a package": (
-        "vfleet/verify/logparse.py",
-        "import vfleet.verify.logcheck",
+        "vfleet/verify/log/parse.py",
+        "import vfleet.verify.log.check",
         "no circles:",
-        "logparse",
+        ".parse",
     ),
     # The product reaching for the lab: even the cli, which once drove the test fleet itself.
     "the product imports the lab": (

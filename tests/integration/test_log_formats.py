@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from vfleet.profiles import Catalog
-from vfleet.verify import logcheck
-from vfleet.verify.logparse import JSON_FORMAT_FIX
+from vfleet.verify.log import check as logcheck
+from vfleet.verify.log.parse import JSON_FORMAT_FIX
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 CPU_LOG = LOGS / "cpu_healthy_with_sigterm.log"

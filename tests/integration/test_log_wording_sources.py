@@ -1,4 +1,4 @@
-"""Each line the log checks read is printed where vfleet.verify.logwording.WORDING says, in the real
+"""Each line the log checks read is printed where vfleet.verify.log.wording.WORDING says, in the real
 source of every vLLM base of versions.json: the pinned wheels, fetched and checked against their sha256
 (the same cache the rebase report uses, .cache/wheels/). A base that rewords a line the checks wait for
 fails here, naming the line, before a healthy server of that base fails a gate (or a faulty one passes
@@ -14,7 +14,7 @@ from conftest import REPO
 
 from vfleet.patchset.fetch import fetch_base
 from vfleet.pins import load as load_pins
-from vfleet.verify import logwording
+from vfleet.verify.log import wording as logwording
 
 BASES = list(load_pins(REPO / "versions.json").bases)
 

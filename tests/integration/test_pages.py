@@ -1,4 +1,4 @@
-"""The two pages in headless Chromium: report.html (written by vfleet.verify.report.write, from the
+"""The two pages in headless Chromium: report.html (written by vfleet.verify.record.report.write, from the
 recorded H200 boot-verify runs) and the fleet page (from status JSON shaped as ansible/status.yml
 writes it: tests/fixtures/pages/status-cpu-node.json is a real one). Each page is rendered to a
 screenshot under .cache/pages/, its DOM is checked for the verdict and the rows, and it must raise no
@@ -24,8 +24,8 @@ from supply_helpers import make_key
 
 from vfleet.commands.fleet import _recheck
 from vfleet.pages import fleet_html, html, report_html
-from vfleet.verify import attestation, report
-from vfleet.verify.model import CheckResult, Report
+from vfleet.verify.record import attestation, report
+from vfleet.verify.record.model import CheckResult, Report
 
 H200 = REPO / "tests" / "fixtures" / "h200-verify"
 STATUS = REPO / "tests" / "fixtures" / "pages" / "status-cpu-node.json"

@@ -27,8 +27,8 @@ from supply_helpers import make_key
 
 from vfleet import promotion
 from vfleet.errors import VfleetError
-from vfleet.verify import attestation, report
-from vfleet.verify.model import CheckResult, Report
+from vfleet.verify.record import attestation, report
+from vfleet.verify.record.model import CheckResult, Report
 
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"localhost:5000/vfleet-cpu@{DIGEST}"
@@ -64,7 +64,7 @@ def trusted(*names: str) -> Any:
 
 
 def load_row(c: int) -> dict[str, Any]:
-    """A load level's figures (vfleet.verify.load.LevelResult) at concurrency ``c``."""
+    """A load level's figures (vfleet.verify.probe.load.LevelResult) at concurrency ``c``."""
     return {"concurrency": c, "requests": 8, "output_tokens": 16, "completed": 8, "empty": 0, "short": 0,
             "errors": [], "problems": [], "wall_s": 1.5, "out_tok_per_s": 10.0 * c, "ttft_p50_ms": 5.0,
             "ttft_p90_ms": 6.0, "tpot_p50_ms": 2.0, "tpot_p90_ms": 3.0, "latency_p50_ms": 9.0,
@@ -600,13 +600,13 @@ def test_vfleet_verify_signs_its_result_and_a_failed_one_cannot_promote(tmp_path
 def test_a_promotion_keeps_its_release_and_a_rollback_across_a_profile_change_is_judged_by_it(
     tmp_path: Path, config_tree: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`vfleet promote` keeps the release data (vfleet.verify.releases) under the image digest. After the
+    """`vfleet promote` keeps the release data (vfleet.verify.record.releases) under the image digest. After the
     checkout's serve profiles change, `promote --check` of the old image fails against the checkout and
     passes with VFLEET_RELEASE_DIR on the snapshot (what rollback.yml sets); a snapshot edited after the
     promotion fails the check again, until a promotion from the same release puts it right."""
     from vfleet.digests import tree_digest
     from vfleet.paths import profiles_digest
-    from vfleet.verify import releases
+    from vfleet.verify.record import releases
 
     rdir = write_report(tmp_path / "r")
     reg = tmp_path / "promotions.jsonl"
@@ -646,7 +646,7 @@ def test_a_promotion_keeps_its_release_and_a_rollback_across_a_profile_change_is
     assert promotion.promoted_entry(IMAGE, "tiny/cpu", reg, keys=trusted())["digest"] == DIGEST
 
 
-# -- new warnings are news (vfleet.verify.logtemplates) ---------------------------------------------------------
+# -- new warnings are news (vfleet.verify.log.templates) ---------------------------------------------------------
 
 PROD = "glm-5.3-flash/h200"
 

@@ -32,7 +32,7 @@ from vfleet.errors import VfleetError
 from vfleet.supply import registry
 from vfleet.supply.identity import registry_manifest_digest, resolve
 from vfleet.supply.store import SupplyError
-from vfleet.verify.image import registry_digest
+from vfleet.verify.record.image import registry_digest
 
 USER, PASSWORD = "ci-bot", "s3cret-pa55"
 TOKEN = "tok-" + "9" * 20

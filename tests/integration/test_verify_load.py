@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from vfleet.verify.client import Client, StreamResult
-from vfleet.verify.load import run_level, summarize
+from vfleet.verify.probe.load import run_level, summarize
 
 TOKENS = 4
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from vfleet.profiles import Verify
-from vfleet.verify import logcheck, runner
-from vfleet.verify.logrules import FAMILY_IDS
+from vfleet.verify import runner
+from vfleet.verify.log import check as logcheck
+from vfleet.verify.log.rules import FAMILY_IDS
 
 LOGS = Path(__file__).parent.parent / "fixtures" / "logs"
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +66,7 @@ def test_each_fault_fails_exactly_its_check(name: str) -> None:
 
 
 def test_every_registered_log_check_has_a_fault_log_that_fails_it() -> None:
-    """A check in the registry (vfleet.verify.logcheck.REGISTRY) comes with a recorded log in FAULTS that
+    """A check in the registry (vfleet.verify.log.check.REGISTRY) comes with a recorded log in FAULTS that
     fails it, and its findings carry its registry name (the test id and the report key)."""
     names = [c.name for c in logcheck.REGISTRY]
     assert len(set(names)) == len(names), names

@@ -15,10 +15,12 @@ from test_promotion import load_row, trusted, write_report
 from vfleet import promotion, tinymodel
 from vfleet.errors import VfleetError
 from vfleet.profiles import IntegritySpec
-from vfleet.verify import apikey, cacheprobe, report
-from vfleet.verify.cacheprobe import ProbeSetupError, plan_fillers
+from vfleet.verify import apikey
 from vfleet.verify.metrics import Metrics, finishes, prefix_hits, unexpected_finishes
-from vfleet.verify.model import Report
+from vfleet.verify.probe import integrity_rule as cacheprobe
+from vfleet.verify.probe.integrity import IntegrityResult, ProbeSetupError, plan_fillers
+from vfleet.verify.record import report
+from vfleet.verify.record.model import Report
 
 METRICS = Path(__file__).parent.parent / "fixtures" / "metrics" / "h200-graph.txt"
 DIGEST = "sha256:" + "ab" * 32
@@ -285,7 +287,7 @@ def test_hits_per_request_come_from_usage_when_the_server_reports_them() -> None
 
 
 def test_partial_cached_hits_and_salted_hits_are_problems() -> None:
-    res = cacheprobe.IntegrityResult(
+    res = IntegrityResult(
         num_gpu_blocks=64, block_size=128, pool_tokens=8192, prompt_tokens=500, filler_tokens=512, fillers=24,
         filler_tokens_total=12288, pool_cycles=1.5, questions=2, hit_tokens_during_compare=640.0,
         hits=[

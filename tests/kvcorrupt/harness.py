@@ -21,8 +21,8 @@ from kvcorrupt.plugin import plugin_path
 from vfleet import tinymodel
 from vfleet.profiles import Catalog, Profile
 from vfleet.server import VllmServer
-from vfleet.verify.cacheprobe import IntegrityResult, integrity_probe
 from vfleet.verify.client import Client
+from vfleet.verify.probe.integrity import IntegrityResult, integrity_probe
 
 PROFILE = "tiny/cpu"
 CHANGED_RE = re.compile(r"vfleet-kvcorrupt: .*; changed (\d+) of (\d+) values")

@@ -28,7 +28,7 @@ from vfleet.errors import VfleetError
 from vfleet.supply import statements
 from vfleet.supply.statements import AB, STATEMENT_TYPE, TIME_FORMAT, Keyring
 from vfleet.supply.store import SupplyError, hex_of
-from vfleet.verify.attestation import NO_SIGN_KEY, file_sha256
+from vfleet.verify.record.attestation import NO_SIGN_KEY, file_sha256
 
 if TYPE_CHECKING:
     from securesystemslib.signer import CryptoSigner  # type: ignore[attr-defined]

@@ -30,7 +30,7 @@ PROMOTION_MIN_ROUNDS = 10
 PROMOTION_MAX_MARGIN = 0.10
 #: The family-wise confidence a promotion A/B needs at least.
 PROMOTION_MIN_CONFIDENCE = 0.95
-#: Where the arms' digests must come from: read from the serving container (vfleet.verify.image).
+#: Where the arms' digests must come from: read from the serving container (vfleet.verify.record.image).
 DIGEST_SOURCE = "container"
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from vfleet.ab.run import AbRun
 from vfleet.ab.stats import METRICS
-from vfleet.verify.plots import fmt as _fmt
-from vfleet.verify.plots import plot_lines, pyplot
+from vfleet.verify.record.plots import fmt as _fmt
+from vfleet.verify.record.plots import plot_lines, pyplot
 
 SCHEMA = 1
 JSON_NAME = "ab.json"
@@ -21,7 +21,7 @@ PLOT_NAME = "ab_ratios.png"
 
 
 def build(run: AbRun, meta: dict[str, Any], images: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The report; ``images`` (arm -> vfleet.verify.image.ImageRecord.as_dict()) says what each arm runs."""
+    """The report; ``images`` (arm -> vfleet.verify.record.image.ImageRecord.as_dict()) says what each arm runs."""
     comps = [c.as_dict() for c in run.comparisons]
     arms = {name: {**arm.as_dict(), "image": (images or {}).get(name)} for name, arm in run.arms.items()}
     verdicts = {f"{c['metric']}@C{c['level']}": c["verdict"] for c in comps}

@@ -4,7 +4,7 @@ Before anything is measured both arms are asked for /v1/models: each must serve 
 or the one named), both must serve the same model name and the same ``max_model_len`` (and, with a
 profile, the profile's). Then every level is warmed up on both arms, and the rounds run: round k
 measures every level on both arms, in the order A B for even k and B A for odd k. Each measurement
-is vfleet.verify.load.run_level (the boot-verify load generator: streamed completions of a fixed
+is vfleet.verify.probe.load.run_level (the boot-verify load generator: streamed completions of a fixed
 output length, vLLM benchmark timings) with a fresh random salt in the prompt tags, so every
 request's prompt differs from its first token and no arm can reuse the other's (or an earlier
 round's) prefix cache, while the workload shape (prompt bodies, lengths, counts) is the same.
@@ -29,7 +29,7 @@ from vfleet.ab.stats import METRICS, MIN_ROUNDS, Comparison, arm_order, compare
 from vfleet.errors import VfleetError
 from vfleet.profiles import Profile
 from vfleet.verify.client import UNAUTHORIZED_HINT, Client
-from vfleet.verify.load import LevelResult, run_level
+from vfleet.verify.probe.load import LevelResult, run_level
 
 DEFAULT_LEVELS = [1, 8]
 

@@ -38,7 +38,7 @@ MIN_ROUNDS = 5
 
 @dataclass(frozen=True)
 class Metric:
-    key: str  # the field of vfleet.verify.load.LevelResult
+    key: str  # the field of vfleet.verify.probe.load.LevelResult
     label: str
     unit: str
     higher_is_better: bool
@@ -48,7 +48,7 @@ class Metric:
         return "higher is better" if self.higher_is_better else "lower is better"
 
 
-#: What an A/B run compares, as vLLM's serving benchmark defines them (vfleet.verify.load).
+#: What an A/B run compares, as vLLM's serving benchmark defines them (vfleet.verify.probe.load).
 METRICS: tuple[Metric, ...] = (
     Metric("out_tok_per_s", "output tok/s", "tok/s", higher_is_better=True),
     Metric("ttft_p50_ms", "TTFT p50", "ms", higher_is_better=False),

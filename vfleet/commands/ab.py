@@ -25,8 +25,9 @@ from vfleet.ab.stats import MIN_ROUNDS, require_scipy
 from vfleet.errors import VfleetError
 from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
-from vfleet.verify import apikey, attestation, tie
-from vfleet.verify import image as image_mod
+from vfleet.verify import apikey, tie
+from vfleet.verify.record import attestation
+from vfleet.verify.record import image as image_mod
 
 
 def _pct(v: float | None) -> str:
@@ -180,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
 def read_images(
     args: argparse.Namespace,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[str, str | None, dict[str, Any]]]]:
-    """Each arm's image as its serving container runs it (vfleet.verify.image.from_container: docker
+    """Each arm's image as its serving container runs it (vfleet.verify.record.image.from_container: docker
     inspect of the container's image RepoDigests). A typed --image-X is only a cross-check: without
     --container-X it is refused (a typed digest is a label, not a reading), and one that names another
     image than the container runs is an error. Also each arm's (container, docker host, docker inspect),

@@ -20,8 +20,9 @@ from vfleet.paths import profiles_digest, reports_dir
 from vfleet.profiles import Catalog
 from vfleet.render import default_image
 from vfleet.server import ContainerServer, VllmServer, image_labels
-from vfleet.verify import attestation, runner
+from vfleet.verify import runner
 from vfleet.verify.progress import step
+from vfleet.verify.record import attestation
 
 PROFILE = "smollm2-135m/cpu"
 MODEL = "smollm2-135m"

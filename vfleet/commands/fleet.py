@@ -252,7 +252,7 @@ def _say_not_checked(
 def _recheck(key_specs: list[str]) -> Callable[[Path], tuple[list[str], list[str], bool]]:
     """The fleet page's recheck of a boot-verify report: its checks and its summary signed by a verify key."""
     from vfleet.supply.statements import keyring  # cryptography: see _add_provenance  # noqa: PLC0415
-    from vfleet.verify.standing import recheck  # noqa: PLC0415
+    from vfleet.verify.record.standing import recheck  # noqa: PLC0415
 
     keys = keyring(key_specs or [])
     return lambda d: recheck(d, keys)

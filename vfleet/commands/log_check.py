@@ -32,7 +32,7 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
 
 def faults(text: str, graphs_expected: bool) -> list[str]:
     """The fault check's events that no allow-list entry excuses, described as boot-verify's report does."""
-    from vfleet.verify.logcheck import describe_event, scan_faults  # noqa: PLC0415
+    from vfleet.verify.log.check import describe_event, scan_faults  # noqa: PLC0415
 
     return [describe_event(ev) for ev in scan_faults(DOCKER_TS_RE.sub("", text), graphs_expected).denied]
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from vfleet import promotion
 from vfleet.errors import VfleetError
-from vfleet.verify import attestation, releases
+from vfleet.verify.record import attestation, releases
 
 
 def _default_registry_text() -> str:

@@ -32,7 +32,7 @@ from vfleet.paths import profiles_digest
 from vfleet.profiles import Catalog, Profile
 from vfleet.render import PROFILES_DIGEST_ENV
 from vfleet.rules import enforce
-from vfleet.verify.logtemplates import BANNER_RULER
+from vfleet.verify.log.templates import BANNER_RULER
 from vfleet.vllm_args import serve_argv, write_config
 
 SECRET_NAMES = ("VLLM_API_KEY", "HF_TOKEN")

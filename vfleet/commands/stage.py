@@ -15,7 +15,7 @@ from typing import Any
 from vfleet import tinymodel
 from vfleet.errors import VfleetError
 from vfleet.staging import Candidate, stage
-from vfleet.verify import attestation
+from vfleet.verify.record import attestation
 
 
 def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:

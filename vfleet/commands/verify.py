@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from vfleet import baseline, promotion
-from vfleet.verify import apikey, attestation, runner
+from vfleet.verify import apikey, runner
 from vfleet.verify.answers.figure import summary as answers_summary
-from vfleet.verify.model import Report
+from vfleet.verify.record import attestation
+from vfleet.verify.record.model import Report
 
 
 def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:

@@ -58,9 +58,9 @@ TEMPLATE = """{% extends "frame.html" %}
 ENV = html.environment({NAME: TEMPLATE})
 
 #: Why the report in a directory is not a PASS: (by its checks, by its signed summary), recomputed
-#: (vfleet.verify.standing.recheck with the trusted keys; the command that writes the page hands it over).
+#: (vfleet.verify.record.standing.recheck with the trusted keys; the command that writes the page hands it over).
 #: A report directory -> (why its checks fail, why its signed summary does not show a pass, whether there was
-#: no summary to check at all): vfleet.verify.standing.recheck, handed down by the command.
+#: no summary to check at all): vfleet.verify.record.standing.recheck, handed down by the command.
 Recheck = Callable[[Path], tuple[list[str], list[str], bool]]
 NOT_RECHECKED = (
     "report.json says PASS, but its checks and its signed summary were not rechecked (the page was written "

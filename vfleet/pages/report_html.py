@@ -1,5 +1,5 @@
 """report.html: the boot-verify report as one self-contained page, built from a report directory's
-report.json and PNG plots (what vfleet.verify.report.write leaves there).
+report.json and PNG plots (what vfleet.verify.record.report.write leaves there).
 
 The verdict is at the top: PASS only when report.json says `passed` and the run was not partial (-k);
 a report that cannot be read, or that lacks its verdict, shows UNKNOWN with the reason. Below it: the

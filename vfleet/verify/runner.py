@@ -1,5 +1,5 @@
 """`vfleet verify`: run smoke_tests/ with pytest in this process (vfleet.verify.suite) against a server,
-write the report and, with a signing key, its signed verification summary (vfleet.verify.attestation)."""
+write the report and, with a signing key, its signed verification summary (vfleet.verify.record.attestation)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ from pathlib import Path
 from vfleet.errors import VfleetError
 from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
-from vfleet.verify import apikey, attestation, logtemplates, tie
-from vfleet.verify import image as image_mod
-from vfleet.verify import report as report_mod
+from vfleet.verify import apikey, tie
 from vfleet.verify.answers.compare import compare
 from vfleet.verify.answers.figure import AnswersFigure
-from vfleet.verify.model import Report
+from vfleet.verify.log import templates as logtemplates
+from vfleet.verify.record import attestation
+from vfleet.verify.record import image as image_mod
+from vfleet.verify.record import report as report_mod
+from vfleet.verify.record.model import Report
 
 DOCKER_HOST_RE = re.compile(r"^(tcp|ssh|unix|npipe|fd)://\S+$")
 

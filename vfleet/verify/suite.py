@@ -23,18 +23,11 @@ from typing import Any
 import pytest
 
 from vfleet.errors import VfleetError
-from vfleet.paths import home
+from vfleet.paths import suite_dir
 from vfleet.profiles import Profile
-from vfleet.verify.model import CheckResult
+from vfleet.verify.record.model import CheckResult
 
 SESSION_KEY = pytest.StashKey["Session"]()
-
-
-def suite_dir() -> Path:
-    path = home() / "smoke_tests"
-    if not (path / "conftest.py").is_file():
-        raise VfleetError(f"{path}: the boot-verify suite is missing; run from a vfleet checkout or image")
-    return path
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Tables in docs/ that copy data from code are generated from it, and kept: the docs' table of log fault
-families is vfleet.verify.logrules.table(), between its markers in docs/boot-verify.md."""
+families is vfleet.verify.log.rules.table(), between its markers in docs/boot-verify.md."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import dataclasses
 import pytest
 from conftest import REPO
 
-from vfleet.verify import logrules
+from vfleet.verify.log import rules as logrules
 
 
 def test_the_fault_families_table_in_the_docs_is_the_one_the_code_generates() -> None:
     text = (REPO / logrules.DOCS).read_text()
     assert logrules.docs_with_table(text) == text, (
-        f"{logrules.DOCS}: the fault-family table differs from vfleet/verify/logrules.py FAMILIES; "
-        "run `python -m vfleet.verify.logrules --docs`"
+        f"{logrules.DOCS}: the fault-family table differs from vfleet/verify/log/rules.py FAMILIES; "
+        "run `python -m vfleet.verify.log.rules --docs`"
     )
     assert all(f"| `{f.id}` |" in text for f in logrules.FAMILIES)
 

@@ -18,7 +18,7 @@ import pytest
 from vfleet.ab import run as ab
 from vfleet.ab.stats import METRICS, arm_order
 from vfleet.profiles import Catalog
-from vfleet.verify import logcheck
+from vfleet.verify.log import check as logcheck
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 H200_AB = FIXTURES / "h200-ab"

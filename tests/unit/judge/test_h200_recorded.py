@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from vfleet.profiles import Catalog, Profile
-from vfleet.verify import logcheck
+from vfleet.verify.log import check as logcheck
 
 H200 = Path(__file__).resolve().parents[2] / "fixtures" / "h200-verify"
 

@@ -1,4 +1,4 @@
-"""The integrity probe's noise rule (vfleet.verify.cacheprobe.judge_probe), fed recorded answers: the
+"""The integrity probe's noise rule (vfleet.verify.probe.integrity_rule.judge_probe), fed recorded answers: the
 H200 runs of benchmarks/h200_probe.sh (tests/fixtures/h200-probe, README there) and hand-made answers
 for the edges. Each check is shown catching its fault: a corrupted cached answer, a flip with no noise,
 a salted pair too noisy to judge (which fails a production profile)."""
@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 
 from vfleet.profile_schema import IntegritySpec
-from vfleet.verify.cacheprobe import (
-    SUMMARY_KEYS,
+from vfleet.verify.probe.integrity import SUMMARY_KEYS, IntegrityResult
+from vfleet.verify.probe.integrity_rule import (
     Answer,
-    IntegrityResult,
     answer_from_record,
     compare_answers,
     describe_mismatch,
@@ -338,8 +337,8 @@ def test_report_shows_the_noise_floor_next_to_each_gap(tmp_path: Path) -> None:
     """report.md and report.html give each question's noise, the floor, its gap and the allowance; a report
     written before the rule reads and writes back without the new keys."""
     from vfleet.pages import report_html
-    from vfleet.verify import report
-    from vfleet.verify.model import Report
+    from vfleet.verify.record import report
+    from vfleet.verify.record.model import Report
 
     old = Report.load(RECORDED_REPORT)
     assert "noise_floor" not in json.dumps(old.dump()["figures"]["integrity"])
@@ -363,8 +362,8 @@ def test_report_says_when_a_departure_did_not_repeat(tmp_path: Path) -> None:
     """A question that passed on a repeat is not a silent pass: report.md and report.html say its first
     cached answer departed, by how much, and over how many asks it did not again."""
     from vfleet.pages import report_html
-    from vfleet.verify import report
-    from vfleet.verify.model import Report
+    from vfleet.verify.record import report
+    from vfleet.verify.record.model import Report
 
     base = _load("graph-c0-pool512.json")[0][0][1][0]
     asked = [(_step(base, 2), [base, copy.deepcopy(base)]), (copy.deepcopy(base), [base, copy.deepcopy(base)])]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from vfleet.profiles import Catalog, Profile
-from vfleet.verify import logcheck
-from vfleet.verify.logparse import parse
+from vfleet.verify.log import check as logcheck
+from vfleet.verify.log.parse import parse
 
 LOG = Path(__file__).parents[2] / "fixtures" / "logs" / "v0.32" / "cpu_healthy.log"
 NOT_FOUND = '"POST /v1/chat/completions HTTP/1.1" 404 Not Found'

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vfleet.profiles import Catalog, Verify
-from vfleet.verify import logcheck
-from vfleet.verify.logrules import FAMILIES, FAMILY_IDS
+from vfleet.verify.log import check as logcheck
+from vfleet.verify.log.rules import FAMILIES, FAMILY_IDS
 
 LOGS = Path(__file__).parents[2] / "fixtures" / "logs"
 # Real vLLM 0.26.0 boot logs from one H200: graph, eager, auto-fit with a SIGTERM (README there).

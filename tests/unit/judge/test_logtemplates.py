@@ -1,4 +1,4 @@
-"""New warnings are news (vfleet.verify.logtemplates): a healthy log's WARNING and stderr lines reduce to
+"""New warnings are news (vfleet.verify.log.templates): a healthy log's WARNING and stderr lines reduce to
 templates that a second boot of the same build repeats exactly, and a fault of each class that prints
 below ERROR (compiled ops that fail to import, a worker that hangs, a BLAS library that falls back)
 shows up as a new template. The promotion gate on signed reports is tests/integration/test_promotion.py.
@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from vfleet.profile_schema import WarningAllow, WarningsSpec
-from vfleet.verify import logcheck, logtemplates
-from vfleet.verify.logparse import parse
-from vfleet.verify.logtemplates import Allowed, Baseline, compare, judge, mask
+from vfleet.verify.log import check as logcheck
+from vfleet.verify.log import templates as logtemplates
+from vfleet.verify.log.parse import parse
+from vfleet.verify.log.templates import Allowed, Baseline, compare, judge, mask
 
 FIX = Path(__file__).parents[2] / "fixtures"
 CPU = FIX / "logs" / "cpu_healthy_with_sigterm.log"

@@ -1,6 +1,6 @@
 """The log checks know vLLM 0.34.0's wording (issue 24, item 4).
 
-vfleet.verify.logwording.WORDING says, per base, where vLLM prints each line the checks read; its
+vfleet.verify.log.wording.WORDING says, per base, where vLLM prints each line the checks read; its
 literals are held to the real source trees by tests/integration/test_log_wording_sources.py. Here: the
 table's own consistency, and the checks on logs in 0.34's wording (tests/fixtures/logs/v0.34, made
 from the recorded H200 logs by derive_0_34.py with 0.34's format strings)."""
@@ -14,10 +14,15 @@ import pytest
 
 from vfleet import pins
 from vfleet.profiles import Verify
-from vfleet.verify import logallow, logcheck, loggraphs, logparse, logrequests, logwording
-from vfleet.verify.logparse import parse
-from vfleet.verify.logrules import KNOWN_VERSIONS
-from vfleet.verify.logwording import WORDING, Source, Wording
+from vfleet.verify.log import allow as logallow
+from vfleet.verify.log import check as logcheck
+from vfleet.verify.log import graphs as loggraphs
+from vfleet.verify.log import parse as logparse
+from vfleet.verify.log import requests as logrequests
+from vfleet.verify.log import wording as logwording
+from vfleet.verify.log.parse import parse
+from vfleet.verify.log.rules import KNOWN_VERSIONS
+from vfleet.verify.log.wording import WORDING, Source, Wording
 
 REPO = Path(__file__).parents[3]
 V034 = REPO / "tests" / "fixtures" / "logs" / "v0.34"

@@ -10,7 +10,7 @@ import pytest
 from vfleet import checkids
 from vfleet.profiles import Catalog
 from vfleet.verify import suite
-from vfleet.verify.logcheck import REGISTRY
+from vfleet.verify.log.check import REGISTRY
 
 
 def collected(profile: str) -> list[str]:

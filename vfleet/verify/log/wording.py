@@ -12,7 +12,7 @@ does not print it (`gone`, with why). The tests hold the table to both sides:
 - tests/integration/test_log_wording_sources.py: each text is in its file of the base's real source
   tree (the pinned wheel, fetched and checked against its sha256).
 
-A new base adds its block to logwording.json, read from its source; vfleet.verify.logrules.KNOWN_VERSIONS
+A new base adds its block to logwording.json, read from its source; vfleet.verify.log.rules.KNOWN_VERSIONS
 follows.
 """
 
@@ -23,10 +23,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from vfleet.verify import logcheck, loggraphs, logparse, logrequests
-from vfleet.verify.logrules import family
+from vfleet.verify.log import check as logcheck
+from vfleet.verify.log import graphs as loggraphs
+from vfleet.verify.log import parse as logparse
+from vfleet.verify.log import requests as logrequests
+from vfleet.verify.log.rules import family
 
-DATA = Path(__file__).with_name("logwording.json")
+DATA = Path(__file__).with_name("wording.json")
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class Source:
 @dataclass(frozen=True)
 class Wording:
     id: str
-    #: what reads the line (a check of vfleet.verify.logcheck, or the parser)
+    #: what reads the line (a check of vfleet.verify.log.check, or the parser)
     used_by: str
     pattern: re.Pattern[str]
     #: messages as vLLM prints them (the record's text after `LEVEL date [file:N] `)
@@ -213,7 +216,7 @@ WORDING: tuple[Wording, ...] = (
     ),
     Wording(
         "bad-request",
-        "faults (a client's bad request answered 4xx is not a server fault: vfleet.verify.logrequests)",
+        "faults (a client's bad request answered 4xx is not a server fault: vfleet.verify.log.requests)",
         logrequests.BAD_REQUEST_RE,
         ("Request cmpl-1a2b failed (bad request): max_tokens must be at least 1, got 0.",),
     ),

@@ -1,5 +1,5 @@
 """Which request an error in the log belongs to, what vLLM answered it, and where its exception was
-raised: what the client-error entries of the fault check's allow-list (vfleet.verify.logallow) must
+raised: what the client-error entries of the fault check's allow-list (vfleet.verify.log.allow) must
 establish before they excuse anything.
 
 What vLLM 0.30 writes. With --log-error-stack its exception handlers
@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from vfleet.verify.logparse import Event, Frame, Line, ParsedLog, Section
+from vfleet.verify.log.parse import Event, Frame, Line, ParsedLog, Section
 
 # The handlers' records (not "Engine Exception caught": that one is the engine's failure).
 HANDLER_RE = re.compile(

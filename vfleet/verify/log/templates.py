@@ -1,6 +1,6 @@
 """New warnings are news: a server log's WARNING records and raw stderr lines as message templates.
 
-Faults below ERROR pass the deny-by-default fault check (vfleet.verify.logcheck): vLLM's compiled ops
+Faults below ERROR pass the deny-by-default fault check (vfleet.verify.log.check): vLLM's compiled ops
 failing to import, a BLAS library falling back, a worker printing to stderr before it hangs. Each reads
 the same on every boot of a build, so what matters is that a line is new. A line becomes a template by
 keeping where it came from (the level and the source file, without the line number, which moves between
@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from vfleet.profile_schema import WarningsSpec
-from vfleet.verify.logparse import Line, ParsedLog, split_events
+from vfleet.verify.log.parse import Line, ParsedLog, split_events
 
 #: In order: each runs on what the ones before left.
 MASKS: tuple[tuple[re.Pattern[str], str], ...] = (

@@ -9,7 +9,7 @@ which reads exactly as the plain text once the color codes are taken out; and on
 (VLLM_LOGGING_CONFIG_PATH with a JSON formatter, as log pipelines use), read when each record names its
 level and message, and refused, with the fix, when it does not.
 
-vfleet.verify.logcheck reads every log through `parse` here; a log with problems fails every check.
+vfleet.verify.log.check reads every log through `parse` here; a log with problems fails every check.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from vfleet.verify.logrules import KNOWN_VERSIONS
+from vfleet.verify.log.rules import KNOWN_VERSIONS
 
 # ---------------------------------------------------------------------------------------------------
 # Reading the log: line shapes (vLLM's logger format, and what a real vllm-cpu container of the pinned
@@ -368,7 +368,7 @@ def parse(text: str) -> ParsedLog:
         if not lo <= (major, minor) <= hi:
             problems.append(
                 f"the log is from vLLM {version}; these checks know the wording of vLLM "
-                f"{lo[0]}.{lo[1]}-{hi[0]}.{hi[1]} (vfleet.verify.logrules.KNOWN_VERSIONS)"
+                f"{lo[0]}.{lo[1]}-{hi[0]}.{hi[1]} (vfleet.verify.log.rules.KNOWN_VERSIONS)"
             )
     ready = next((ln.no for ln in lines if READY_RE.search(ln.msg)), None)
     return ParsedLog(text, lines, problems, version, ready)

@@ -1,5 +1,5 @@
 """What a boot-verify report stands for, recomputed rather than read from its `passed` flag: the verdict of
-its checks (vfleet.verify.model.verdict_problems, the one rule a report's `passed` is made by) and its
+its checks (vfleet.verify.record.model.verdict_problems, the one rule a report's `passed` is made by) and its
 signed verification summary (a key trusted for the verify role signed a PASSED summary of this very
 report.json). The fleet page's "last boot-verify" cell shows PASS only when both hold.
 
@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 from vfleet.errors import VfleetError
 from vfleet.supply.statements import VERIFY, Keyring, how_to_trust, open_statement
 from vfleet.supply.store import SupplyError
-from vfleet.verify.attestation import ATTESTATION, file_sha256
-from vfleet.verify.model import Report, verdict_problems
+from vfleet.verify.record.attestation import ATTESTATION, file_sha256
+from vfleet.verify.record.model import Report, verdict_problems
 
 
 class Standing(NamedTuple):

@@ -1,8 +1,8 @@
 """What the boot-verify log check denies and what it lets through: the one place for both.
 
-The fault check (vfleet.verify.logcheck.check_faults) denies by default. Every line at ERROR or
+The fault check (vfleet.verify.log.check.check_faults) denies by default. Every line at ERROR or
 CRITICAL level, every Python traceback and every line of a runtime fault family below fails it,
-unless an allow-list entry (ALLOW, in vfleet.verify.logallow next to the code that recognises it)
+unless an allow-list entry (ALLOW, in vfleet.verify.log.allow next to the code that recognises it)
 matches. This module holds the families as data: an id, what it is, where the wording comes from,
 and the patterns of its lines. The check, the report (figures `log_families`) and docs/boot-verify.md
 read this table; nothing else lists fault wording.
@@ -283,7 +283,7 @@ FAMILIES: tuple[Family, ...] = (
 FAMILY_IDS: tuple[str, ...] = tuple(f.id for f in FAMILIES)
 
 #: The vLLM versions whose log wording these checks know: 0.26 in the H200 fixtures, 0.30 in the CPU image,
-#: 0.34 from its source (vfleet.verify.logwording.WORDING says where each line is printed, per base).
+#: 0.34 from its source (vfleet.verify.log.wording.WORDING says where each line is printed, per base).
 KNOWN_VERSIONS: tuple[tuple[int, int], tuple[int, int]] = ((0, 26), (0, 34))
 
 
@@ -310,7 +310,7 @@ def line_families(line: str, graphs_expected: bool = True) -> list[str]:
 
 
 DOCS = "docs/boot-verify.md"
-DOCS_BEGIN = "<!-- generated: python -m vfleet.verify.logrules --docs (from FAMILIES; a unit test keeps it) -->"
+DOCS_BEGIN = "<!-- generated: python -m vfleet.verify.log.rules --docs (from FAMILIES; a unit test keeps it) -->"
 DOCS_END = "<!-- end generated -->"
 
 
@@ -330,7 +330,7 @@ def docs_with_table(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     import argparse  # noqa: PLC0415
 
-    p = argparse.ArgumentParser(prog="python -m vfleet.verify.logrules", description="the fault families as data")
+    p = argparse.ArgumentParser(prog="python -m vfleet.verify.log.rules", description="the fault families as data")
     p.add_argument("--docs", action="store_true", help=f"rewrite the families table in {DOCS} from FAMILIES")
     args = p.parse_args(argv)
     if not args.docs:

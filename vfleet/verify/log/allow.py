@@ -1,11 +1,11 @@
 """The fault check's allow-list: what denies by default but is known to be healthy. Each entry says
 why and where from, and which families it may excuse; an event is excused only when every family it
-raised is among them (vfleet.verify.logcheck.scan_faults). An entry may also say why it did not excuse
+raised is among them (vfleet.verify.log.check.scan_faults). An entry may also say why it did not excuse
 an event of its kind (`explain`); the fault check's message carries that next to the event.
 
 The client-error entries excuse an error only when it is tied to its own request's answer, and the
 answer is 4xx, and (for a traceback) the exception was raised in request validation:
-vfleet.verify.logrequests.
+vfleet.verify.log.requests.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vfleet.verify.logparse import Event, Line, ParsedLog
-from vfleet.verify.logrequests import HANDLER_RE, access, client_error_verdict, next_line_of_process
+from vfleet.verify.log.parse import Event, Line, ParsedLog
+from vfleet.verify.log.requests import HANDLER_RE, access, client_error_verdict, next_line_of_process
 
 
 def _no_explanation(ev: Event, log: ParsedLog) -> str | None:
@@ -110,7 +110,7 @@ ALLOW: tuple[Allow, ...] = (
         "API server writes next, whose status is the one vLLM gives that exception, and is 4xx), raised in "
         "request validation or protocol code with no engine, model or worker frame",
         source="vLLM 0.30 entrypoints/serve/exception_handling (handlers, error_response.py); uvicorn access log; "
-        "vfleet.verify.logrequests",
+        "vfleet.verify.log.requests",
         covers=frozenset({"error-level", "traceback"}),
         match=lambda ev, log: client_error_verdict(ev, log)[0],
         explain=lambda ev, log: client_error_verdict(ev, log)[1],

@@ -1,5 +1,5 @@
 """Graph mode, per model the server runs (the target, and a speculative draft when there is one): which
-model ran captured CUDA graphs and which ran eager, as the log shows it. vfleet.verify.logcheck's
+model ran captured CUDA graphs and which ran eager, as the log shows it. vfleet.verify.log.check's
 graph_mode check turns this into a finding.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from vfleet.verify.logparse import ParsedLog, as_log
+from vfleet.verify.log.parse import ParsedLog, as_log
 
 GRAPH_DONE_RE = re.compile(r"Graph capturing finished in [\d.]+ secs?")
 GRAPH_START_RE = re.compile(r"Capturing CUDA graphs")

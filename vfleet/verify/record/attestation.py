@@ -17,7 +17,7 @@ image provenance or A/B summaries, does not make a verification summary):
   policy                the serve profile the checks applied (name) and the serve-profiles digest of
                         the checkout that ran them (vfleet.paths.profiles_digest, the image label
                         org.vfleet.profiles.digest)
-  verificationResult    PASSED or FAILED, recomputed from the checks (vfleet.verify.model.verdict_problems)
+  verificationResult    PASSED or FAILED, recomputed from the checks (vfleet.verify.record.model.verdict_problems)
   verifiedLevels        [VERIFIED_LEVEL] on a pass, [FAILED] otherwise
   vfleetReport          report.json by name and sha256: an edit of any byte after signing is seen
   vfleetWeights         the model manifest digest of the weights the server loaded (figures.weights;
@@ -40,11 +40,12 @@ from vfleet import __version__, settings
 from vfleet.digests import tree_digest
 from vfleet.errors import VfleetError
 from vfleet.paths import profiles_digest as checkout_profiles
+from vfleet.paths import suite_dir
 from vfleet.supply import statements
 from vfleet.supply.statements import STATEMENT_TYPE, TIME_FORMAT, VERIFY, Keyring
 from vfleet.supply.store import SupplyError, hex_of
-from vfleet.verify.image import split_ref
-from vfleet.verify.model import Report, verdict_problems
+from vfleet.verify.record.image import split_ref
+from vfleet.verify.record.model import Report, verdict_problems
 
 if TYPE_CHECKING:
     from securesystemslib.signer import CryptoSigner, Key  # type: ignore[attr-defined]
@@ -88,7 +89,6 @@ def verifier_version() -> dict[str, str]:
     """What ran the suite: vfleet's version, its revision (the image's recorded VFLEET_REVISION inside an
     image, else the checkout's git commit) and the sha256 of the smoke_tests/ suite (vfleet.verify.suite)."""
     from vfleet.images.build import git_revision  # noqa: PLC0415
-    from vfleet.verify.suite import suite_dir  # pytest: the run that signs has loaded it already  # noqa: PLC0415
 
     suite = suite_dir()
     revision = settings.load().revision or git_revision(suite.parent)

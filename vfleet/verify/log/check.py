@@ -4,13 +4,13 @@ Each check returns a `Finding`: ``ok`` (True, False, or None when the check does
 profile, with the reason) and a message that says what was expected and what was seen. Lines are
 matched as families, so the wording of vLLM 0.26-0.34 (with or without the `(Proc pid=N)` prefix,
 `GPU`/`CPU` KV cache, the 0.30, 0.33 and 0.34 auto-fit texts) is all recognised. Where each line the
-checks read is printed, per base, is vfleet.verify.logwording.WORDING.
+checks read is printed, per base, is vfleet.verify.log.wording.WORDING.
 
 The fault check denies by default: every ERROR/CRITICAL record, every traceback and every line of a
-fault family (vfleet.verify.logrules.FAMILIES), and every access line answering 5xx, fails it unless
-an entry of ALLOW (vfleet.verify.logallow) matches; a traceback is named by its first line and the
+fault family (vfleet.verify.log.rules.FAMILIES), and every access line answering 5xx, fails it unless
+an entry of ALLOW (vfleet.verify.log.allow) matches; a traceback is named by its first line and the
 exception that ended it. A log that cannot be read (empty, binary, cut mid-line, not vLLM's format,
-another vLLM version; vfleet.verify.logparse) fails every check that would otherwise pass, with what
+another vLLM version; vfleet.verify.log.parse) fails every check that would otherwise pass, with what
 could not be read: no check passes a log it could not parse. Colored and JSON logs are read as the
 plain one (logparse).
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vfleet.profiles import Verify
-from vfleet.verify import logtemplates
-from vfleet.verify.logallow import (
+from vfleet.verify.log import templates as logtemplates
+from vfleet.verify.log.allow import (
     ALLOW,
     CLIENT_ERRORINFO_RE,
     CLIENT_LEAD_RE,
@@ -37,7 +37,7 @@ from vfleet.verify.logallow import (
     SHUTDOWN_TRIGGER_RE,
     Allow,
 )
-from vfleet.verify.loggraphs import (
+from vfleet.verify.log.graphs import (
     DRAFT_CAPTURE_RE,
     DRAFT_CONFIG_EAGER_RE,
     DRAFT_EAGER_RE,
@@ -52,7 +52,7 @@ from vfleet.verify.loggraphs import (
     ModelGraphs,
     graph_mode_per_model,
 )
-from vfleet.verify.logparse import (
+from vfleet.verify.log.parse import (
     ACCESS_RE,
     ANSI_RE,
     CHAINED_RE,
@@ -74,8 +74,8 @@ from vfleet.verify.logparse import (
     parse,
     split_events,
 )
-from vfleet.verify.logrequests import access
-from vfleet.verify.logrules import FAMILY_IDS, line_families
+from vfleet.verify.log.requests import access
+from vfleet.verify.log.rules import FAMILY_IDS, line_families
 
 #: The names this module has always offered, the parts' included.
 __all__ = [
@@ -407,7 +407,7 @@ def _fault_figures(log: ParsedLog, verify: Verify) -> dict[str, Any]:
     return {
         "log_families": list(FAMILY_IDS),
         "log_allowed": [{"entry": a.id, "line": ev.first.no} for ev, a in scan.allowed],
-        # New warnings are news (vfleet.verify.logtemplates): the runner and the promotion gate compare them.
+        # New warnings are news (vfleet.verify.log.templates): the runner and the promotion gate compare them.
         "log_warnings": [dataclasses.asdict(t) for t in logtemplates.templates(log)],
     }
 

@@ -1,6 +1,6 @@
 """The boot-verify report as one typed model: what report.json holds, read and written here only.
 
-The runner builds it (vfleet.verify.report.build), the report writer writes it (report.json, report.md),
+The runner builds it (vfleet.verify.record.report.build), the report writer writes it (report.json, report.md),
 `vfleet verify` summarizes it and promotion reads it back. On disk it is schema 2 as it always was:
 keys in the same order, a key that was never written is still absent (``exclude_unset``), so a report
 loaded here and dumped again is byte-identical (tests/integration/test_verify_units.py proves it on recorded
@@ -19,12 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from vfleet.errors import VfleetError
 from vfleet.verify.answers.compare import AnswersCompared
 from vfleet.verify.answers.figure import AnswersFigure
-from vfleet.verify.cacheprobe import IntegrityResult, PrefixHitResult
-from vfleet.verify.load import LevelResult
-from vfleet.verify.logtemplates import Template
+from vfleet.verify.log.templates import Template
+from vfleet.verify.probe.cache import PrefixHitResult
+from vfleet.verify.probe.integrity import IntegrityResult
+from vfleet.verify.probe.load import LevelResult
 
 #: 2: `passed` fails closed on unexcused skips (`unexcused_skips`, `not_applicable`); `image` holds the
-#: image id and the registry manifest digest with its source (vfleet.verify.image.ImageRecord).
+#: image id and the registry manifest digest with its source (vfleet.verify.record.image.ImageRecord).
 SCHEMA = 2
 
 #: figures.integrity keys of the noise rule (issue 22), absent from reports written before it
@@ -71,7 +72,7 @@ class UnexcusedSkip(_Strict):
 
 
 class ImageInfo(_Strict):
-    """vfleet.verify.image.ImageRecord.as_dict()."""
+    """vfleet.verify.record.image.ImageRecord.as_dict()."""
 
     ref: str | None
     id: str | None = None
@@ -96,7 +97,7 @@ class LogAllowed(_Strict):
 
 
 class NewWarnings(_Strict):
-    """The log's warning templates against a baseline report's (vfleet.verify.logtemplates.compare)."""
+    """The log's warning templates against a baseline report's (vfleet.verify.log.templates.compare)."""
 
     baseline: str | None  # the report compared against; None: there was none
     note: str
@@ -136,7 +137,7 @@ class Figures(_Strict):
     new_warnings: NewWarnings | None = None
     attention_backends: list[str] | None = None
     kv_tokens: int | None = None
-    #: vfleet.verify.gpuhealth.run_gpu_health: ok, problems, devices, diag (the tool's own output).
+    #: vfleet.verify.probe.gpuhealth.run_gpu_health: ok, problems, devices, diag (the tool's own output).
     gpu_health: dict[str, Any] | None = None
     suite_finished_unix: float | None = None
 
@@ -211,7 +212,7 @@ def unexcused(checks: list[CheckResult], declared: dict[str, str]) -> list[Check
 
 def verdict_problems(checks: list[CheckResult], exitstatus: int, declared: dict[str, str]) -> list[str]:
     """Why these check results do not pass (empty: they pass): the one rule a report's `passed` is made
-    by (vfleet.verify.report.build) and promotion recomputes it by, never trusting the stored flag. A
+    by (vfleet.verify.record.report.build) and promotion recomputes it by, never trusting the stored flag. A
     run passes only when pytest exited 0, some check passed, none failed, and every skipped check is one
     ``declared`` excuses."""
     why: list[str] = []

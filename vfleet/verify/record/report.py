@@ -1,18 +1,18 @@
 """The boot-verify report: report.json (machines), report.xml (JUnit, written by pytest), report.md
 with PNG plots (people). `write` is the one place report.json and report.md are written; a writer of
-another format reads report.json back with vfleet.verify.model.Report.load."""
+another format reads report.json back with vfleet.verify.record.model.Report.load."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from vfleet.verify import model
 from vfleet.verify.answers.compare import AnswersCompared
 from vfleet.verify.answers.figure import AnswersFigure, summary
-from vfleet.verify.model import SCHEMA, CheckResult, Figures, Report
-from vfleet.verify.plots import fmt as _fmt
-from vfleet.verify.plots import plot_lines, pyplot
+from vfleet.verify.record import model
+from vfleet.verify.record.model import SCHEMA, CheckResult, Figures, Report
+from vfleet.verify.record.plots import fmt as _fmt
+from vfleet.verify.record.plots import plot_lines, pyplot
 
 __all__ = ["SCHEMA", "build", "markdown", "write"]
 
@@ -234,7 +234,7 @@ def markdown(report: Report) -> str:
             "",
             "## Server log",
             "",
-            f"Fault families checked (deny by default, vfleet/verify/logrules.py): {', '.join(f.log_families)}; "
+            f"Fault families checked (deny by default, vfleet/verify/log/rules.py): {', '.join(f.log_families)}; "
             f"excused by the allow-list: "
             + (", ".join(f"{a.entry} (line {a.line})" for a in allowed) if allowed else "nothing")
             + ".",
