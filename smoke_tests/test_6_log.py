@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from vfleet.verify.log import check as logcheck
+from vfleet.verify.log.parse import parse
 from vfleet.verify.target import Target
 
 
@@ -22,7 +23,7 @@ def log_text(target: Target) -> str:
 
 @pytest.mark.parametrize("check", logcheck.REGISTRY, ids=lambda c: c.name)
 def test_log(target: Target, figures: dict[str, Any], log_text: str, check: logcheck.LogCheck) -> None:
-    log = logcheck.parse(log_text)
+    log = parse(log_text)
     verify = target.profile.verify
     f = check.run(log, verify, target.profile.production)
     # The check's figures land in the report whatever its outcome.

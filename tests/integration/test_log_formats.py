@@ -25,7 +25,8 @@ import pytest
 
 from vfleet.profiles import Catalog
 from vfleet.verify.log import check as logcheck
-from vfleet.verify.log.parse import JSON_FORMAT_FIX
+from vfleet.verify.log.parse import parse
+from vfleet.verify.log.shapes import JSON_FORMAT_FIX
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 CPU_LOG = LOGS / "cpu_healthy_with_sigterm.log"
@@ -203,7 +204,7 @@ def _with_fault(items: list[Item]) -> list[Item]:
 
 
 def _lines(text: str) -> list[tuple[Any, ...]]:
-    return [(ln.no, ln.text, ln.level, ln.proc, ln.src, ln.msg, ln.kind) for ln in logcheck.parse(text).lines]
+    return [(ln.no, ln.text, ln.level, ln.proc, ln.src, ln.msg, ln.kind) for ln in parse(text).lines]
 
 
 def _checks(text: str) -> dict[str, logcheck.Finding]:
@@ -236,7 +237,7 @@ def test_a_colored_log_reads_exactly_as_the_plain_one(
     assert "\x1b[32mINFO\x1b[0m \x1b[90m12-01 07:55:13\x1b[0m" in colored
     assert "\x1b[0;36m(APIServer pid=1)\x1b[0;0m" in colored and '" \x1b[31m400 Bad Request\x1b[0m' in colored
     for read in (lambda t: t, _as_read):
-        assert logcheck.parse(read(colored)).problems == logcheck.parse(read(plain)).problems == []
+        assert parse(read(colored)).problems == parse(read(plain)).problems == []
         assert _lines(read(colored)) == _lines(read(plain))
     assert {k: (f.ok, f.message) for k, f in _checks(colored).items()} == {
         k: (f.ok, f.message) for k, f in _checks(plain).items()
@@ -258,7 +259,7 @@ def test_a_json_log_is_read(items: list[Item], monkeypatch: pytest.MonkeyPatch) 
     text = _render(items, "json", monkeypatch)
     first = next(line for line in text.splitlines() if "Initializing a V1 LLM engine" in line)
     assert first.startswith('(EngineCore pid=23) {"asctime": "2026-12-01 07:55:05,000", "levelname": "INFO"'), first
-    parsed = logcheck.parse(text)
+    parsed = parse(text)
     assert parsed.problems == [] and parsed.version == "0.30"
     # one line of the file per record: the banner's lines and the shutdown traceback are in one record each
     assert text.count("\n") < _raw(CPU_LOG).count("\n") - 10

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from vfleet.profiles import Catalog, Verify
 from vfleet.verify.log import check as logcheck
+from vfleet.verify.log.graphs import graph_mode_per_model
 from vfleet.verify.log.rules import FAMILIES, FAMILY_IDS
 
 LOGS = Path(__file__).parents[2] / "fixtures" / "logs"
@@ -593,7 +594,7 @@ def test_an_eager_draft_fails_graph_mode_and_faults_only_when_graphs_are_expecte
 
 
 def test_a_target_without_a_draft_is_one_model() -> None:
-    models = logcheck.graph_mode_per_model((LOGS / "healthy.log").read_text())
+    models = graph_mode_per_model((LOGS / "healthy.log").read_text())
     assert [(m.role, m.name, m.ok) for m in models] == [("target", "/tmp/model", True)]
 
 

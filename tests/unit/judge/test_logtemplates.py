@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from vfleet.profile_schema import WarningAllow, WarningsSpec
+from vfleet.profiles import Verify
 from vfleet.verify.log import check as logcheck
 from vfleet.verify.log import templates as logtemplates
 from vfleet.verify.log.parse import parse
@@ -90,7 +91,7 @@ BELOW_ERROR = {
 def test_a_fault_printed_below_error_passes_the_fault_check_but_is_a_new_template(fault: str) -> None:
     healthy = CPU.read_text()
     sick = healthy + BELOW_ERROR[fault] + "\n"
-    verify = logcheck.Verify(max_model_len=2048, min_kv_tokens=1, graph_mode=False)
+    verify = Verify(max_model_len=2048, min_kv_tokens=1, graph_mode=False)
     assert logcheck.check_faults(sick, graphs_expected=verify.graph_mode).ok, "the fault check would catch it"
     cmp = compare(names(sick), names(healthy), [], "the healthy boot")
     assert len(cmp.new) == 1 and cmp.new[0] == next(t for t in names(sick) if t not in names(healthy)), cmp.new
@@ -134,6 +135,6 @@ def test_an_allow_entry_needs_its_reason_and_source() -> None:
 
 def test_the_report_figures_carry_the_templates() -> None:
     log = parse(GRAPH.read_text())
-    figs = logcheck.REGISTRY[0].figures(log, logcheck.Verify(max_model_len=1, min_kv_tokens=1, graph_mode=True))
+    figs = logcheck.REGISTRY[0].figures(log, Verify(max_model_len=1, min_kv_tokens=1, graph_mode=True))
     assert [w["template"] for w in figs["log_warnings"]] == names(GRAPH)
     assert all(w["count"] >= 1 and w["first_line"] >= 1 and w["example"] for w in figs["log_warnings"])

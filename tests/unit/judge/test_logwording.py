@@ -19,6 +19,7 @@ from vfleet.verify.log import check as logcheck
 from vfleet.verify.log import graphs as loggraphs
 from vfleet.verify.log import parse as logparse
 from vfleet.verify.log import requests as logrequests
+from vfleet.verify.log import shapes
 from vfleet.verify.log import wording as logwording
 from vfleet.verify.log.parse import parse
 from vfleet.verify.log.rules import KNOWN_VERSIONS
@@ -53,7 +54,7 @@ def _uncovered_patterns(table: tuple[Wording, ...]) -> list[str]:
     found |= {  # logcheck's own patterns (it re-exports the other modules' names too)
         k: v for k, v in vars(logcheck).items() if isinstance(v, re.Pattern) and not any(k in vars(m) for m in others)
     }
-    found |= {f"VERSION_RES[{i}]": v for i, v in enumerate(logparse.VERSION_RES)} | {"READY_RE": logparse.READY_RE}
+    found |= {f"VERSION_RES[{i}]": v for i, v in enumerate(shapes.VERSION_RES)} | {"READY_RE": shapes.READY_RE}
     return sorted(k for k, v in found.items() if id(v) not in covered and k not in NOT_WORDING)
 
 

@@ -16,7 +16,7 @@ plain one (logparse).
 
 The parts: logparse reads the log, logallow holds the allow-list, logrequests ties an error to its
 request's answer and its exception to where it was raised, loggraphs works out graph mode per model;
-this module holds the checks and their registry, and re-exports the others' names.
+this module holds the checks and their registry. Each name is imported from its own module.
 """
 
 from __future__ import annotations
@@ -31,113 +31,15 @@ from vfleet.profiles import Verify
 from vfleet.verify.log import templates as logtemplates
 from vfleet.verify.log.allow import (
     ALLOW,
-    CLIENT_ERRORINFO_RE,
-    CLIENT_LEAD_RE,
-    SHUTDOWN_CLIENT_STOPPED_RE,
-    SHUTDOWN_TRIGGER_RE,
     Allow,
 )
 from vfleet.verify.log.graphs import (
-    DRAFT_CAPTURE_RE,
-    DRAFT_CONFIG_EAGER_RE,
-    DRAFT_EAGER_RE,
-    DRAFT_LOADING_RE,
-    EAGER_RE,
-    GRAPH_DONE_RE,
-    GRAPH_START_RE,
-    SPEC_ARGS_RE,
-    SPEC_CONFIG_RE,
-    TARGET_RE,
-    V1_RUNNER_SRC_RE,
-    ModelGraphs,
     graph_mode_per_model,
 )
-from vfleet.verify.log.parse import (
-    ACCESS_RE,
-    ANSI_RE,
-    CHAINED_RE,
-    EXCEPTION_LINE_RE,
-    GLOG_LEVELS,
-    GLOG_RE,
-    LEVELS,
-    PROC_NAME_RE,
-    PROC_PREFIX,
-    READY_RE,
-    TRACEBACK_RE,
-    UVICORN_RE,
-    VERSION_RES,
-    VLLM_RECORD_RE,
-    Event,
-    Line,
-    ParsedLog,
-    as_log,
-    parse,
-    split_events,
-)
+from vfleet.verify.log.parse import Event, ParsedLog, as_log, parse, split_events
 from vfleet.verify.log.requests import access
 from vfleet.verify.log.rules import FAMILY_IDS, line_families
-
-#: The names this module has always offered, the parts' included.
-__all__ = [
-    "ACCESS_RE",
-    "ALLOW",
-    "ANSI_RE",
-    "AUTOFIT_FINAL_RE",
-    "AUTOFIT_RE",
-    "AUTOFIT_SETTLED_RE",
-    "AUTOFIT_TENTATIVE_RE",
-    "BACKEND_RE",
-    "CHAINED_RE",
-    "CLIENT_ERRORINFO_RE",
-    "CLIENT_LEAD_RE",
-    "DRAFT_CAPTURE_RE",
-    "DRAFT_CONFIG_EAGER_RE",
-    "DRAFT_EAGER_RE",
-    "DRAFT_LOADING_RE",
-    "EAGER_RE",
-    "EXCEPTION_LINE_RE",
-    "GLOG_LEVELS",
-    "GLOG_RE",
-    "GRAPH_DONE_RE",
-    "GRAPH_START_RE",
-    "KV_RE",
-    "LEVELS",
-    "PROC_NAME_RE",
-    "PROC_PREFIX",
-    "READY_RE",
-    "REGISTRY",
-    "SHUTDOWN_CLIENT_STOPPED_RE",
-    "SHUTDOWN_TRIGGER_RE",
-    "SPEC_ARGS_RE",
-    "SPEC_CONFIG_RE",
-    "TARGET_RE",
-    "TRACEBACK_RE",
-    "UVICORN_RE",
-    "V1_RUNNER_SRC_RE",
-    "VERSION_RES",
-    "VLLM_RECORD_RE",
-    "Allow",
-    "Event",
-    "FaultScan",
-    "Finding",
-    "Line",
-    "LogCheck",
-    "ModelGraphs",
-    "ParsedLog",
-    "all_checks",
-    "attention_backends",
-    "autofit_reductions",
-    "check_attention_backend",
-    "check_autofit",
-    "check_faults",
-    "check_graph_mode",
-    "check_kv_tokens",
-    "describe_event",
-    "graph_mode_per_model",
-    "kv_tokens",
-    "parse",
-    "scan_faults",
-]
+from vfleet.verify.log.shapes import TRACEBACK_RE
 
 BACKEND_RE = re.compile(r"Using (?:[\w-]+ )?['\"]?([A-Z][A-Z0-9_]+)['\"]? (?:attention )?backend")
 KV_RE = re.compile(r"(GPU|CPU|XPU) KV cache size: ([\d,]+) tokens")

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from vfleet.verify.log import check as logcheck
 from vfleet.verify.log import graphs as loggraphs
-from vfleet.verify.log import parse as logparse
 from vfleet.verify.log import requests as logrequests
+from vfleet.verify.log import shapes
 from vfleet.verify.log.rules import family
 
 DATA = Path(__file__).with_name("wording.json")
@@ -58,19 +58,19 @@ WORDING: tuple[Wording, ...] = (
     Wording(
         "engine-version",
         "the parser (the log's vLLM version, KNOWN_VERSIONS) and the graph check (the target model)",
-        logparse.VERSION_RES[1],
+        shapes.VERSION_RES[1],
         ("Initializing a V1 LLM engine (v1.2.3) with config: model='/models/m', speculative_config=None",),
     ),
     Wording(
         "banner-version",
         "the parser (the log's vLLM version)",
-        logparse.VERSION_RES[2],
+        shapes.VERSION_RES[2],
         ("vLLM server version 1.2.3, serving model /models/m",),
     ),
     Wording(
         "banner-logo-version",
         "the parser (the log's vLLM version, from the logo banner)",
-        logparse.VERSION_RES[0],
+        shapes.VERSION_RES[0],
         (" ▄▄ ▄█ █     █     █ ▀▄▀ █  version 1.2.3",),
     ),
     Wording(
@@ -88,7 +88,7 @@ WORDING: tuple[Wording, ...] = (
     Wording(
         "ready",
         "the parser (where serving starts) and the runner's readiness",
-        logparse.READY_RE,
+        shapes.READY_RE,
         ("Starting vLLM server on http://0.0.0.0:8000",),
     ),
     Wording(
