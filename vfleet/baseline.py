@@ -275,3 +275,15 @@ def answers_listing(profile: str, registry: Path, digest: str | None) -> tuple[s
     if found is None or fig is None:
         return None
     return f"{found[0]} (report {found[1]}; signature not checked here: the promotion gate checks it)", fig
+
+
+def warning_baseline(
+    profile: str, registry: Path, digest: str | None, keys: Keyring | None
+) -> logtemplates.Baseline | None:
+    """The warning templates of the baseline a promotion of ``digest`` would be judged against now. With
+    ``keys`` (the gate) it is the checked baseline (VfleetError naming why it does not check); without
+    (`vfleet verify`'s listing) it is read as it is, and its name says so."""
+    if keys is None:
+        return listing(profile, registry, digest)
+    lines = entries(registry)
+    return templates(before(lines, len(lines), profile, digest or "", keys))

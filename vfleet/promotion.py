@@ -39,7 +39,6 @@ from vfleet.errors import VfleetError
 from vfleet.paths import profiles_digest, reports_dir
 from vfleet.profiles import Catalog, Profile
 from vfleet.supply.statements import VERIFY, Keyring
-from vfleet.verify.log import templates as logtemplates
 from vfleet.verify.record import attestation, releases
 from vfleet.verify.record.image import SOURCE_CONTAINER, registry_digest
 from vfleet.verify.record.model import Report, verdict_problems
@@ -346,22 +345,8 @@ def check_line(lines: list[dict[str, Any]], at: int, g: Gate, prof: Profile) -> 
         base = baseline_mod.resolve(lines, at, g.profile, g.digest, Path(named), g.keys)
     except VfleetError as exc:
         return Judgement([str(exc)], None, None, "", None)
-    j = judge(g, prof, Path(named), base, lambda b: _named_ab(entry, b, g))
+    j = judge(g, prof, Path(named), base, lambda b: ab_gate.named_report(entry, b, g.digest, g.profile, g.keys))
     return replace(j, problems=baseline_mod.recorded_problems(entry, base) + j.problems)
-
-
-def _named_ab(entry: dict[str, Any], baseline: str, g: Gate) -> Path:
-    """The A/B report a registry line names, if it shows the line's image not worse than ``baseline``."""
-    named = entry.get("ab_report")
-    if not isinstance(named, str) or not named:
-        raise VfleetError(
-            f"profile {g.profile} sets verify.ab_not_worse and {baseline} was promoted before this image, but the "
-            "line names no A/B report against it"
-        )
-    why = ab_gate.report_problems(Path(named), baseline, g.digest, g.profile, g.keys)
-    if why:
-        raise VfleetError(f"its A/B report {named}: {'; '.join(why)}")
-    return Path(named)
 
 
 def checked_entry(
@@ -397,18 +382,6 @@ def checked_entry(
 def _label(entry: dict[str, Any]) -> str:
     named = entry.get("report")
     return named if isinstance(named, str) and named else f"entry of {entry.get('promoted_at')}"
-
-
-def warning_baseline(
-    profile: str, registry: Path, digest: str | None, keys: Keyring | None
-) -> logtemplates.Baseline | None:
-    """The warning templates of the baseline a promotion of ``digest`` would be judged against now. With
-    ``keys`` (the gate) it is the checked baseline (VfleetError naming why it does not check); without
-    (`vfleet verify`'s listing) it is read as it is, and its name says so."""
-    if keys is None:
-        return baseline_mod.listing(profile, registry, digest)
-    lines = baseline_mod.entries(registry)
-    return baseline_mod.templates(baseline_mod.before(lines, len(lines), profile, digest or "", keys))
 
 
 def promoted_entry(

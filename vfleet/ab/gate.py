@@ -180,3 +180,18 @@ def report_problems(path: Path, baseline: str, digest: str, profile: str, keys: 
     if not isinstance(rep, dict):
         return ["not a readable A/B report"]
     return promotion_problems(rep, baseline, digest, profile) + attest.check(path, keys, baseline, digest, profile)
+
+
+def named_report(entry: dict[str, Any], baseline: str, digest: str, profile: str, keys: Keyring) -> Path:
+    """The A/B report a promotions registry line names, if it shows the line's image (``digest``) not worse
+    than ``baseline`` on ``profile`` (vfleet.promotion.check_line)."""
+    named = entry.get("ab_report")
+    if not isinstance(named, str) or not named:
+        raise VfleetError(
+            f"profile {profile} sets verify.ab_not_worse and {baseline} was promoted before this image, but the "
+            "line names no A/B report against it"
+        )
+    why = report_problems(Path(named), baseline, digest, profile, keys)
+    if why:
+        raise VfleetError(f"its A/B report {named}: {'; '.join(why)}")
+    return Path(named)

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         image=args.image,
         select=args.select,
         sign_key=attestation.sign_key_path(args.sign_key),
-        warning_baseline=lambda digest: promotion.warning_baseline(
+        warning_baseline=lambda digest: baseline.warning_baseline(
             args.profile, promotion.default_registry(), digest, keys=None
         ),
         answers_baseline=lambda digest: baseline.answers_listing(args.profile, promotion.default_registry(), digest),

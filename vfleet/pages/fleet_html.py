@@ -57,19 +57,13 @@ TEMPLATE = """{% extends "frame.html" %}
 
 ENV = html.environment({NAME: TEMPLATE})
 
-#: Why the report in a directory is not a PASS: (by its checks, by its signed summary), recomputed
-#: (vfleet.verify.record.standing.recheck with the trusted keys; the command that writes the page hands it over).
-#: A report directory -> (why its checks fail, why its signed summary does not show a pass, whether there was
-#: no summary to check at all): vfleet.verify.record.standing.recheck, handed down by the command.
+#: A report directory -> (why its checks fail, why its signed summary shows no pass, whether it had no summary
+#: to check): vfleet.verify.record.standing.recheck with the trusted keys, handed down by the page's command.
 Recheck = Callable[[Path], tuple[list[str], list[str], bool]]
 NOT_RECHECKED = (
     "report.json says PASS, but its checks and its signed summary were not rechecked (the page was written "
     "without them); `vfleet fleet status --html FILE --trusted-key verify=PUB` rechecks both"
 )
-
-
-def _short(digest: str) -> str:
-    return digest if len(digest) <= 23 else digest[:19] + "…" + digest[-4:]
 
 
 def _image(row: dict[str, Any]) -> Cell:
@@ -79,7 +73,7 @@ def _image(row: dict[str, Any]) -> Cell:
     digests = [str(d) for d in row.get("repo_digests") or []]
     if "@sha256:" in ref:
         digests.insert(0, ref)
-    text = f"{ref}\nid {_short(str(row.get('image_id') or '–'))}"
+    text = f"{ref}\nid {html.short_digest(str(row.get('image_id') or '–'))}"
     if not digests:
         return Cell(text, "unknown", "no registry digest: the image has no RepoDigests (built or loaded on the node)")
     return Cell(text if digests[0] == ref else f"{text}\n{digests[0].partition('@')[2]}", "ok")
@@ -120,7 +114,7 @@ def _patches(row: dict[str, Any]) -> Cell:
     names = [str(p) for p in row.get("patches") or []]
     digest = str(row.get("patches_digest") or "")
     text = "\n".join(names) if names else "(no patches)"
-    return Cell(f"{text}\nseries {_short(digest)}" if digest else text, "ok")
+    return Cell(f"{text}\nseries {html.short_digest(digest)}" if digest else text, "ok")
 
 
 def _profile(row: dict[str, Any]) -> Cell:
@@ -130,7 +124,7 @@ def _profile(row: dict[str, Any]) -> Cell:
         return html.unknown("no profile label on the container and none in the inventory")
     if not digest or digest == "unknown":
         return Cell(profile, "unknown", "the image carries no profiles digest label")
-    return Cell(f"{profile}\n{_short(digest)}", "ok")
+    return Cell(f"{profile}\n{html.short_digest(digest)}", "ok")
 
 
 def _health(row: dict[str, Any]) -> Cell:
@@ -179,9 +173,8 @@ def _record(row: dict[str, Any]) -> Cell:
         evidence = str(failure.get("report") or failure.get("log") or "")
         page = Path(evidence) / "report.html" if failure.get("report") else Path(evidence)
         href = page.resolve().as_uri() if evidence and page.exists() else ""
-        text = (
-            f"deployed {row.get('updated_at') or ''}\nlast swap FAILED: to {_short(str(failure.get('target') or '?'))}"
-        )
+        target = html.short_digest(str(failure.get("target") or "?"))
+        text = f"deployed {row.get('updated_at') or ''}\nlast swap FAILED: to {target}"
         why = f"{failure.get('at') or ''} {failure.get('error') or ''}".strip()
         if evidence and not href:
             why += f" (its evidence {evidence} is not on this controller)"
@@ -211,7 +204,7 @@ def _failures(row: dict[str, Any]) -> list[dict[str, Any]]:
 def _history_lines(history: list[dict[str, Any]]) -> str:
     """One line per failed swap, newest first: when, to what, the step and its error, where its log is."""
     lines = [
-        f"{f.get('at') or '?'} to {_short(str(f.get('target') or '?'))}: {str(f.get('error') or '?')[:160]}"
+        f"{f.get('at') or '?'} to {html.short_digest(str(f.get('target') or '?'))}: {str(f.get('error') or '?')[:160]}"
         + (f" (log {f['log']})" if f.get("log") else "")
         for f in reversed(history)
     ]
@@ -274,7 +267,7 @@ def _verify(row: dict[str, Any], recheck: Recheck | None = None) -> Cell:
     text = f"{v.text} {rep.get('started') or ''}".strip()
     if not same:
         seen = (rep.get("image") or {}).get("id") or "no image id"
-        why = f"that report verified {_short(str(seen))}; the node runs {_short(image_id or '?')}"
+        why = f"that report verified {html.short_digest(str(seen))}; the node runs {html.short_digest(image_id or '?')}"
         return Cell(text, "unknown", why, href)
     return Cell(text, v.state, v.why, href)
 

@@ -116,3 +116,8 @@ def write_atomic(path: Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def short_digest(digest: str) -> str:
+    """A digest shortened for a table cell: its first 19 and last 4 characters."""
+    return digest if len(digest) <= 23 else digest[:19] + "…" + digest[-4:]
