@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import yaml
-from image_helpers import dk, drop_context, inspect, make_context
+from support.images import dk, drop_context, inspect, make_context
 
 from vfleet import images
 from vfleet.dockerd import docker_bin, ensure_dockerd

@@ -1,8 +1,8 @@
 """Shared fixtures for the project's own tests, in every tier (tests/unit, tests/integration, tests/e2e).
 
-The helper modules beside this file (repo_helpers, image_helpers, supply_helpers, page_browser,
-kvcorrupt) and the tier folders themselves are on sys.path (pyproject's `pythonpath`), so a test of any
-tier imports them, and another tier's test module (``from test_promotion import key_files``), by name."""
+The helpers the tests share are tests/support/ (``from support.reports import key_files``) and kvcorrupt/;
+tests/ and the tier folders are on sys.path (pyproject's `pythonpath`). No test module imports another
+(tests/unit/test_test_imports.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from repo_helpers import REPO, ConfigTree
+from support.repo import REPO, ConfigTree
 
 __all__ = ["REPO", "ConfigTree", "config_tree"]
 

@@ -4,7 +4,7 @@ Every test that boots the CPU image (test_image_cpu, test_demo_image, test_verif
 from `cpu_image`, so none of them meets an image that an earlier run or another checkout left under the
 same tag, and none skips because the module that used to build it runs later in the tier.
 
-The stand-in fleet (tests/standin_fleet.py) is one per pytest process: test_ansible_fleet.py and
+The stand-in fleet (tests/support/standin_fleet.py) is one per pytest process: test_ansible_fleet.py and
 test_fleet_node_faults.py run their scenarios on it in order, in one lane of the e2e stage. (Run side by side, a
 fleet each, they were no faster: the 2 cores are busy all through the stage, so a third lane only adds a fleet's
 setup; benchmarks/results/2026-12-06-suite-lanes.md.)
@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from image_helpers import KEY, TOKEN, drop_context, make_context
-from repo_helpers import REPO, ConfigTree
-from standin_fleet import FIGURES, Ctx, standin_fleet
+from support.images import KEY, TOKEN, drop_context, make_context
+from support.repo import REPO, ConfigTree
+from support.standin_fleet import FIGURES, Ctx, standin_fleet
 
 from vfleet import images
 from vfleet.dockerd import ensure_dockerd
 
-# Re-exported: pytest imports every tier's conftest.py as `conftest` (tests/repo_helpers.py says why).
+# Re-exported: pytest imports every tier's conftest.py as `conftest` (tests/support/repo.py says why).
 __all__ = ["REPO", "ConfigTree", "cpu_image", "standin"]
 
 

@@ -1,5 +1,5 @@
 """Fleet rollout on a real multi-node Docker fleet: 4 Docker-in-Docker nodes, a local registry and the
-HAProxy balancer that lb.yml sets up (tests/standin_fleet.py), driven through the operator's CLI (`vfleet fleet
+HAProxy balancer that lb.yml sets up (tests/support/standin_fleet.py), driven through the operator's CLI (`vfleet fleet
 ...`) or, where a test is about what raw ansible-playbook does, through ansible-playbook itself: deploys, locks,
 batches and pull plans, canaries and caps of failed nodes, and rollbacks.
 
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from standin_fleet import (
+from support.standin_fleet import (
     FAKE,
     FAST,
     FIGURES,

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_verify_live import checks, signing, trusting, vfleet
+from support.verify_cli import checks, signing, trusting, vfleet
 
 from vfleet import images
 from vfleet.commands.demo import MODEL, PROFILE

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from supply_helpers import make_key
+from support.supply import make_key
 
 from lab import testfleet
 from lab.docker import docker, docker_bin

@@ -1,5 +1,5 @@
 """A node's own faults during a rollout or a fleet verify, on a real multi-node Docker fleet of stand-ins (4
-Docker-in-Docker nodes, a local registry and the HAProxy balancer: tests/standin_fleet.py), every node on good-1
+Docker-in-Docker nodes, a local registry and the HAProxy balancer: tests/support/standin_fleet.py), every node on good-1
 first: a drain that never reaches zero, fleet verify out of the pool, a node or its Docker daemon dying mid-drain
 or mid-swap, a daemon that keeps a port after a kill, bad balancer input, and the gates that stop a run before any
 swap (an image ID that moved, an unpromoted image, other serve profiles, a base the checkout does not know, an
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from standin_fleet import FAKE, FAST, FIGURES, Ctx, ensure_on, flat, labelled_fake
-from supply_helpers import make_key
+from support.standin_fleet import FAKE, FAST, FIGURES, Ctx, ensure_on, flat, labelled_fake
+from support.supply import make_key
 
 from lab import testfleet
 from lab.docker import docker
@@ -351,7 +351,7 @@ def test_a_rollout_across_vllm_bases_passes_the_gate_and_the_canary_and_goes_bac
     upstream image and series; test_supply_policy.signed_record). The gate checks each against its base,
     the canary is boot-verified, and every node ends on the base. An image signed as vLLM 0.99.0, a base
     this checkout's versions.json does not know, stops at the gate before any node pulls it."""
-    from test_supply_policy import CLEAN, signed_record
+    from support.supply_records import CLEAN, signed_record
 
     from vfleet.supply.audit import _summarise
     from vfleet.supply.identity import KIND_MANIFEST, Identity, registry_manifest_digest, split_ref

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from image_helpers import KEY, TOKEN, dk, inspect, series_patches, stem
+from support.images import KEY, TOKEN, dk, inspect, series_patches, stem
 
 from vfleet import images
 from vfleet.dockerd import docker_bin

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from image_helpers import dk, drop_context, inspect, make_context, remove_images, series_patches, stem
+from support.images import dk, drop_context, inspect, make_context, remove_images, series_patches, stem
 
 from vfleet import images
 from vfleet.dockerd import ensure_dockerd

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 from conftest import REPO
-from fleet_helpers import LOCK, PRODUCTION, local_inventory
-from supply_helpers import make_key, write_deploy_record
+from support.fleet import LOCK, PRODUCTION, local_inventory
+from support.supply import make_key, write_deploy_record
 
 from vfleet.dockerd import ensure_dockerd
 
@@ -36,7 +36,7 @@ NAMED = "127.0.0.1:9/vfleet/named@sha256:" + "ef" * 32
 
 
 def _node(tmp: Path, record: dict[str, Any] | None, *, signed: bool = True) -> Path:
-    """The one-node inventory of fleet_helpers, with the promotion check on; RECORD is the node's deployment
+    """The one-node inventory of support.fleet, with the promotion check on; RECORD is the node's deployment
     record (deployed.json), as the controller signs it at deploy time (SIGNED false: a bare file, as written
     before records were signed)."""
     inv = local_inventory(tmp)
@@ -144,7 +144,7 @@ def test_a_rollback_across_a_profile_change_is_judged_by_the_release_the_image_w
     (VFLEET_SERVE_CONFIGS on an edited copy stands for the moved-on checkout). With the release snapshot
     `vfleet promote` kept, the rollback's promotion check passes against the image's own release and the
     next gate (supply chain) runs; without it, the promotion check fails against the checkout."""
-    from test_promotion import key_files, trusted, write_report
+    from support.reports import key_files, trusted, write_report
 
     from vfleet import promotion
 
@@ -177,12 +177,12 @@ def test_a_run_by_tag_resolves_it_once_and_every_gate_uses_the_digest(tmp_path: 
     """A rollout of REGISTRY/REPO:TAG asks the registry once (a registry of the real protocol served
     here, as in tests/integration/test_registry_auth.py) and goes on with REGISTRY/REPO@sha256:D: the
     promotion lookup names the digest. A tag that does not resolve stops the run before any gate."""
-    from test_registry_auth import DIGEST as SERVED
-    from test_registry_auth import REPO as SERVED_REPO
-    from test_registry_auth import _serve
+    from support.registry_server import DIGEST as SERVED
+    from support.registry_server import REPO as SERVED_REPO
+    from support.registry_server import serve
 
     inv = _node(tmp_path, None)
-    for reg in _serve("none"):
+    for reg in serve("none"):
         tag = f"{reg.host}/{SERVED_REPO}:v1"
         out = _rollback(tmp_path, inv, "--image", tag, action="rollout")
         digest_ref = f"{reg.host}/{SERVED_REPO}@{SERVED}"
@@ -200,17 +200,17 @@ def test_a_rollout_refuses_an_image_of_a_base_the_checkout_does_not_know(tmp_pat
     built on vLLM 0.99.0, a base this checkout's versions.json does not know, is stopped by the supply gate
     of `ansible-playbook rollout.yml` before any node pulls it; the same image signed as a 0.34.0 build
     passes that gate, and the run goes on to the node's preflight."""
-    from test_promotion import key_files, trusted, write_report
-    from test_registry_auth import CONFIG, DIGEST, _serve
-    from test_registry_auth import REPO as SERVED_REPO
-    from test_supply_policy import CLEAN, signed_record
+    from support.registry_server import CONFIG, DIGEST, serve
+    from support.registry_server import REPO as SERVED_REPO
+    from support.reports import key_files, trusted, write_report
+    from support.supply_records import CLEAN, signed_record
 
     from vfleet import promotion
     from vfleet.supply.audit import _summarise
     from vfleet.supply.identity import KIND_MANIFEST, Identity
 
     inv = _node(tmp_path, None)
-    for reg in _serve("none"):
+    for reg in serve("none"):
         ref = f"{reg.host}/{SERVED_REPO}@{DIGEST}"
         rdir = write_report(tmp_path / "r", profile=PRODUCTION, digest=DIGEST, source="container",
                             figures={"log_warnings": []})  # fmt: skip

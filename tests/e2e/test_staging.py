@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from supply_helpers import make_key
+from support.supply import make_key
 
 from lab.docker import ids_by_label
 from lab.images import build_fake_images, build_node_image

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from image_helpers import series_patches
-from supply_helpers import make_key
+from support.images import series_patches
+from support.supply import make_key
 
 from vfleet import images
 from vfleet.cli import main

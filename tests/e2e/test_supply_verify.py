@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from image_helpers import remove_images
-from supply_helpers import build_small_image, make_key
+from support.images import remove_images
+from support.supply import build_small_image, make_key
 
 from vfleet import images
 from vfleet.cli import main
@@ -92,7 +92,7 @@ def test_signed_image_verifies(signed: dict[str, Any], capsys: pytest.CaptureFix
     assert out["vulnerability_policy"]["verdict"] == "warn" and not out["vulnerability_policy"]["checked"]
     bom = json.loads((record_dir(signed["store"], ident.image_id) / SBOM).read_text())
     patches = [c["name"] for c in bom["components"] if c.get("group") == "vfleet" and c["type"] == "file"]
-    from image_helpers import series_patches
+    from support.images import series_patches
 
     assert patches == [Path(p).name for p in series_patches("cpu")]
     vllm = next(c for c in bom["components"] if c["name"] == "vllm")

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO
-from test_verify_live import CmdlineWatch, assert_no_leak
+from support.verify_cli import CmdlineWatch, assert_no_leak
 
 from vfleet import images, tinymodel
 from vfleet.profiles import Catalog

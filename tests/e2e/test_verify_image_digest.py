@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_promotion import key_files, write_report
+from support.reports import key_files, write_report
 
 from vfleet.dockerd import ensure_dockerd
 from vfleet.host import ensure_binary

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 from scipy import stats as sps
+from support.ab_reports import PROFILE, ab_report, drifting_rounds, make_arm
 
 from vfleet.ab import gate as ab_gate
 from vfleet.ab import report as report_mod
@@ -63,18 +64,8 @@ def test_geometric_mean_ratio_is_symmetric_between_arms() -> None:
     assert min(y / x for x, y in zip(a, b, strict=True)) <= ab_ <= max(y / x for x, y in zip(a, b, strict=True))
 
 
-def _drifting_rounds(n: int, effect: float, noise: float, seed: int) -> tuple[list[float], list[float]]:
-    """Per-round A and B where the machine's speed drifts a lot from round to round (shared by both arms
-    of a round) and B = A x effect x small noise."""
-    rng = np.random.default_rng(seed)
-    speed = 100.0 * np.exp(rng.normal(0, 0.3, n))  # 30% round-to-round drift
-    a = speed * np.exp(rng.normal(0, noise, n))
-    b = speed * effect * np.exp(rng.normal(0, noise, n))
-    return [float(x) for x in a], [float(x) for x in b]
-
-
 def test_pairing_removes_round_to_round_drift() -> None:
-    a, b = _drifting_rounds(10, effect=0.85, noise=0.02, seed=1)
+    a, b = drifting_rounds(10, effect=0.85, noise=0.02, seed=1)
     c = compare(TOKS, 8, a, b, n_resamples=4000)
     assert c.verdict == "worse", c.reason
     assert c.low is not None and c.high is not None and c.low < 0.85 < c.high and c.high < 0.95
@@ -118,11 +109,11 @@ def test_verdict_refuses_a_point_outside_its_interval() -> None:
 
 
 def test_too_few_rounds_give_no_verdict_even_for_a_large_effect() -> None:
-    a, b = _drifting_rounds(MIN_ROUNDS - 1, effect=0.5, noise=0.01, seed=2)
+    a, b = drifting_rounds(MIN_ROUNDS - 1, effect=0.5, noise=0.01, seed=2)
     c = compare(TOKS, 1, a, b)
     assert c.verdict == "inconclusive" and c.low is None and f"at least {MIN_ROUNDS}" in c.reason
     assert c.ratio is not None and c.ratio < 0.6  # the estimate is still reported
-    a, b = _drifting_rounds(MIN_ROUNDS, effect=0.5, noise=0.01, seed=2)
+    a, b = drifting_rounds(MIN_ROUNDS, effect=0.5, noise=0.01, seed=2)
     assert compare(TOKS, 1, a, b).verdict == "worse"
 
 
@@ -160,10 +151,10 @@ def test_synthetic_false_verdict_rate_and_power() -> None:
     for i in range(runs):
         verdicts = []
         for metric in METRICS:
-            a, b = _drifting_rounds(s.rounds, effect=1.0, noise=0.06, seed=int(rng.integers(1 << 30)))
+            a, b = drifting_rounds(s.rounds, effect=1.0, noise=0.06, seed=int(rng.integers(1 << 30)))
             verdicts.append(compare(metric, 8, a, b, confidence=conf, n_resamples=1000, seed=i).verdict)
         false += any(v != "inconclusive" for v in verdicts)
-        a, b = _drifting_rounds(s.rounds, effect=0.9, noise=0.06, seed=int(rng.integers(1 << 30)))
+        a, b = drifting_rounds(s.rounds, effect=0.9, noise=0.06, seed=int(rng.integers(1 << 30)))
         found += compare(TOKS, 8, a, b, confidence=conf, n_resamples=1000, seed=i).verdict == "worse"
     assert false / runs <= 0.05, f"A/A false verdicts in {false} of {runs} runs"
     assert found / runs >= 0.90, f"10% slowdown found in {found} of {runs} runs"
@@ -191,7 +182,7 @@ def test_a_regression_in_noisy_short_runs_does_not_pass() -> None:
     runs, old_rule, new_rule, seen = 40, 0, 0, []
     for i in range(runs):
         n = int(rng.integers(5, 11))
-        a, b = _drifting_rounds(n, effect=0.85, noise=0.15, seed=int(rng.integers(1 << 30)))
+        a, b = drifting_rounds(n, effect=0.85, noise=0.15, seed=int(rng.integers(1 << 30)))
         c = compare(TOKS, 8, a, b, confidence=conf, n_resamples=500, seed=i)
         old_rule += c.verdict != "worse"
         new_rule += c.not_worse
@@ -210,14 +201,14 @@ def test_a_clean_build_passes_with_enough_rounds() -> None:
     for rounds, noise in ((PROMOTION_MIN_ROUNDS, 0.02), (20, 0.03)):
         passed, seen = 0, []
         for i in range(30):
-            a, b = _drifting_rounds(rounds, effect=1.0, noise=noise, seed=500 + i)
+            a, b = drifting_rounds(rounds, effect=1.0, noise=noise, seed=500 + i)
             c = compare(TOKS, 8, a, b, confidence=conf, n_resamples=500, seed=i)
             passed += c.not_worse
             seen.append(c.detectable or 1.0)
         assert passed >= 27, f"{rounds} rounds: a clean build passed in only {passed} of 30"
         assert float(np.median(seen)) < 0.05
     noisy = [
-        compare(TOKS, 8, *_drifting_rounds(10, effect=1.0, noise=0.15, seed=800 + i), confidence=conf,
+        compare(TOKS, 8, *drifting_rounds(10, effect=1.0, noise=0.15, seed=800 + i), confidence=conf,
                 n_resamples=500, seed=i)
         for i in range(30)
     ]  # fmt: skip
@@ -290,18 +281,12 @@ def test_settings_reject_unknown_keys_and_too_few_rounds() -> None:
     assert ab.settings().requests(1) == 8 and ab.settings().requests(32) == 64
 
 
-def _arm(name: str, model: str, mml: int | None) -> ab.Arm:
-    from vfleet.verify.client import Client
-
-    return ab.Arm(name, f"http://h{name}:8000", model, None, mml, "0.30.0", Client(f"http://h{name}:8000"))
-
-
 def test_arms_serving_different_models_or_contexts_are_refused() -> None:
     with pytest.raises(ab.AbInputError, match="different models"):
-        ab.check_arms(_arm("A", "tiny", 2048), _arm("B", "other", 2048))
+        ab.check_arms(make_arm("A", "tiny", 2048), make_arm("B", "other", 2048))
     with pytest.raises(ab.AbInputError, match="different max_model_len: A 2048, B 1024"):
-        ab.check_arms(_arm("A", "tiny", 2048), _arm("B", "tiny", 1024))
-    ab.check_arms(_arm("A", "tiny", 2048), _arm("B", "tiny", 2048))
+        ab.check_arms(make_arm("A", "tiny", 2048), make_arm("B", "tiny", 1024))
+    ab.check_arms(make_arm("A", "tiny", 2048), make_arm("B", "tiny", 2048))
 
 
 def test_an_arm_that_is_down_is_refused_before_anything_runs() -> None:
@@ -317,47 +302,10 @@ def test_cli_refuses_too_few_rounds() -> None:
     assert proc.returncode == 2 and "rounds" in proc.stderr and "5" in proc.stderr, proc.stderr
 
 
-def _ab_report(
-    root: Path,
-    name: str,
-    baseline: str,
-    candidate: str,
-    effect: float,
-    noise: float = 0.01,
-    rounds: int = 12,
-    source: str = "container",
-    sign_with: str | None = "controller",
-    **extra: Any,
-) -> Path:
-    """A promotion A/B report as `vfleet ab --promotion --container-a --container-b --sign-key` writes it,
-    from synthetic rounds with ``effect`` at the profile's levels (C1, C32), its summary signed by the key
-    SIGN_WITH (test_promotion's keys; None: unsigned)."""
-    s = ab.settings(levels=[1, 32], rounds=rounds, n_resamples=1000)
-    run = ab.AbRun(arms={"A": _arm("A", "tiny", 2048), "B": _arm("B", "tiny", 2048)}, settings=s, aa=False)
-    conf = ab.per_comparison_confidence(s)
-    for level in s.levels:
-        for i, metric in enumerate(METRICS):
-            eff = effect if metric.higher_is_better else 1 / effect
-            a, b = _drifting_rounds(rounds, effect=eff, noise=noise, seed=i + level)
-            run.comparisons.append(compare(metric, level, a, b, confidence=conf, n_resamples=1000))
-    images = {arm: {"ref": f"localhost:5000/vfleet-cpu@{d}", "digest": d, "source": source}
-              for arm, d in (("A", baseline), ("B", candidate))}  # fmt: skip
-    rep = report_mod.build(run, {"profile": PROFILE, "promotion": True, **extra}, images)
-    written = report_mod.write(rep, root / name)
-    if sign_with is not None:
-        from test_promotion import key_files
-
-        from vfleet.ab import attest as ab_attest
-        from vfleet.verify.record import attestation
-
-        ab_attest.write(written, attestation.load_signer(key_files(sign_with)[0]))
-    return written.parent
-
-
 def test_promote_requires_an_ab_report_not_worse_than_the_promoted_image(
     config_tree: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from test_promotion import trusted, write_report
+    from support.reports import trusted, write_report
 
     from vfleet import promotion
 
@@ -372,15 +320,15 @@ def test_promote_requires_an_ab_report_not_worse_than_the_promoted_image(
     assert first["ab_baseline"] is None and first["ab_report"] is None  # nothing promoted before it
     with pytest.raises(VfleetError, match="no A/B reports found"):
         promotion.promote(f"localhost:5000/vfleet-cpu@{new}", PROFILE, None, registry, keys=trusted())
-    worse = _ab_report(root, "ab-worse", old, new, effect=0.8)
+    worse = ab_report(root, "ab-worse", old, new, effect=0.8)
     assert json.loads((worse / "ab.json").read_text())["verdicts"]["out_tok_per_s@C32"] == "worse"
-    swapped = _ab_report(root, "ab-swapped", new, old, effect=1.0)  # the arms the wrong way round
+    swapped = ab_report(root, "ab-swapped", new, old, effect=1.0)  # the arms the wrong way round
     # No regression, but 15% noise over 12 rounds: inconclusive, so not shown not worse.
-    noisy = _ab_report(root, "ab-noisy", old, new, effect=1.0, noise=0.15)
+    noisy = ab_report(root, "ab-noisy", old, new, effect=1.0, noise=0.15)
     noisy_rep = json.loads((noisy / "ab.json").read_text())
     assert "worse" not in noisy_rep["verdicts"].values() and noisy_rep["not_worse"] is False
-    typed = _ab_report(root, "ab-typed", old, new, effect=1.0, source="reference")  # digests typed, not read
-    short = _ab_report(root, "ab-short", old, new, effect=1.0, rounds=6)  # below the rounds floor
+    typed = ab_report(root, "ab-typed", old, new, effect=1.0, source="reference")  # digests typed, not read
+    short = ab_report(root, "ab-short", old, new, effect=1.0, rounds=6)  # below the rounds floor
     with pytest.raises(VfleetError) as exc:
         promotion.promote(f"localhost:5000/vfleet-cpu@{new}", PROFILE, None, registry, keys=trusted())
     msg = str(exc.value)
@@ -389,9 +337,9 @@ def test_promote_requires_an_ab_report_not_worse_than_the_promoted_image(
     assert "was not read from its serving container" in msg and "rounds 6: a promotion A/B needs at least 10" in msg
     assert str(typed) in msg and str(short) in msg
     # Not worse, but unsigned, signed by a key nobody trusts, or edited after signing: refused, each named.
-    unsigned = _ab_report(root, "ab-unsigned", old, new, effect=1.0, sign_with=None)
-    foreign = _ab_report(root, "ab-foreign", old, new, effect=1.0, sign_with="stranger")
-    edited = _ab_report(root, "ab-edited", old, new, effect=1.0)
+    unsigned = ab_report(root, "ab-unsigned", old, new, effect=1.0, sign_with=None)
+    foreign = ab_report(root, "ab-foreign", old, new, effect=1.0, sign_with="stranger")
+    edited = ab_report(root, "ab-edited", old, new, effect=1.0)
     doc = json.loads((edited / "ab.json").read_text())
     doc["settings"]["seed"] = 12345
     (edited / "ab.json").write_text(json.dumps(doc, indent=1) + "\n")
@@ -401,7 +349,7 @@ def test_promote_requires_an_ab_report_not_worse_than_the_promoted_image(
     assert f"{unsigned}/ab.json: no signed A/B summary (ab.dsse.json) beside it" in msg, msg
     assert f"{foreign}/ab.json: ab.dsse.json: not signed by a trusted key" in msg, msg
     assert f"{edited}/ab.json: ab.json is not the A/B report that was signed" in msg, msg
-    fine = _ab_report(root, "ab-fine", old, new, effect=1.0)
+    fine = ab_report(root, "ab-fine", old, new, effect=1.0)
     assert json.loads((fine / "ab.json").read_text())["not_worse"] is True
     entry = promotion.promote(f"localhost:5000/vfleet-cpu@{new}", PROFILE, None, registry, keys=trusted())
     assert entry["ab_baseline"] == old and entry["ab_report"] == str(fine / "ab.json")
@@ -415,7 +363,7 @@ def test_promotion_recomputes_the_verdict_from_the_rounds(
     non-inferiority from the per-round figures. An A/A report, or one of the same image twice, is refused."""
 
     old, new = "sha256:" + "11" * 32, "sha256:" + "22" * 32
-    path = _ab_report(tmp_path, "noisy", old, new, effect=0.85, noise=0.15) / "ab.json"
+    path = ab_report(tmp_path, "noisy", old, new, effect=0.85, noise=0.15) / "ab.json"
     rep = json.loads(path.read_text())
     assert ab_gate.promotion_problems(rep, old, new, PROFILE)
     for c in rep["comparisons"]:
@@ -423,9 +371,9 @@ def test_promotion_recomputes_the_verdict_from_the_rounds(
     rep.update(not_worse=True, verdicts={k: "better" for k in rep["verdicts"]})
     why = ab_gate.promotion_problems(rep, old, new, PROFILE)
     assert any("not shown not worse" in w for w in why), why
-    fine = json.loads((_ab_report(tmp_path, "fine", old, new, effect=1.0) / "ab.json").read_text())
+    fine = json.loads((ab_report(tmp_path, "fine", old, new, effect=1.0) / "ab.json").read_text())
     assert ab_gate.promotion_problems(fine, old, new, PROFILE) == []
-    same = json.loads((_ab_report(tmp_path, "same", new, new, effect=1.0) / "ab.json").read_text())
+    same = json.loads((ab_report(tmp_path, "same", new, new, effect=1.0) / "ab.json").read_text())
     assert any("both arms run" in w for w in ab_gate.promotion_problems(same, new, new, PROFILE))
     aa = dict(fine, mode="A/A")
     assert "mode A/A" in ab_gate.promotion_problems(aa, old, new, PROFILE)
@@ -438,7 +386,7 @@ def test_promotion_recomputes_the_verdict_from_the_rounds(
 def test_promote_without_the_profile_setting_needs_no_ab_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from test_promotion import trusted, write_report
+    from support.reports import trusted, write_report
 
     from vfleet import promotion
 
@@ -460,7 +408,6 @@ def vfleet(*args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
 
 # ---------------------------------------------------------------- real vLLM CPU servers (slow)
 
-PROFILE = "tiny/cpu"
 AA_ROUNDS = 12
 
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 from numfault.harness import AnswersRun, FaultServer, answers_run
-from test_promotion import resign
-from test_verify_live import signing, trusting, vfleet
+from support.reports import resign
+from support.verify_cli import signing, trusting, vfleet
 
 from vfleet.models import build
 from vfleet.profiles import Catalog

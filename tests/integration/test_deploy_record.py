@@ -1,6 +1,6 @@
 """Signed deployment records (issue 31, item 5): the record a node keeps (deployed.json) is the controller's
 word only with the controller's signature for that node. The status read (the real status.yml through
-`vfleet fleet status`, on the one-node local inventory of fleet_helpers) sets an edited record aside and says
+`vfleet fleet status`, on the one-node local inventory of support.fleet) sets an edited record aside and says
 why, naming the node and the file; `vfleet deploy-record check` refuses a record copied from another node or
 signed by another controller, unless that controller's key is declared for the deploy role. The emergency
 rollback's refusal is tests/e2e/test_rollback_gate.py's (it reads the node through dockerd)."""
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fleet_helpers import fleet, local_inventory
-from supply_helpers import write_deploy_record
+from support.fleet import fleet, local_inventory
+from support.supply import write_deploy_record
 
 RECORD = {"state": "deployed", "image": "r/x@sha256:" + "1" * 64, "not_checked": [], "gate": {"promotion": "checked"}}
 

@@ -2,7 +2,7 @@
 platforms (the PLATFORM of each node's vfleet_node_profile MODEL/PLATFORM), the first node of each
 platform is a canary, swapped and boot-verified one at a time before any batch, so that no platform
 meets the image first in a full batch. The plan is read from a real `vfleet fleet rollout` run on
-local nodes (tests/fleet_helpers.py) that stop at the fleet lock, held by another controller,
+local nodes (tests/support/fleet.py) that stop at the fleet lock, held by another controller,
 right after the plan is printed: nothing is pulled."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fleet_helpers import LOCK, local_inventory, pulled, rollout
+from support.fleet import LOCK, local_inventory, pulled, rollout
 
 pytestmark = pytest.mark.slow  # ansible-playbook runs, a few seconds each
 
@@ -29,7 +29,7 @@ MIXED = {
 
 
 def _inventory(tmp: Path, nodes: dict[str, str]) -> Path:
-    """The inventory of tests/fleet_helpers.py with NODES (name: profile) as the nodes, and the lock held by a
+    """The inventory of tests/support/fleet.py with NODES (name: profile) as the nodes, and the lock held by a
     run of another controller, so that the run stops at the lock."""
     inv = local_inventory(tmp)
     doc = yaml.safe_load(inv.read_text())

@@ -1,6 +1,6 @@
 """Issue 31, item 1: role inputs by allow-list (vfleet_node__inputs, vfleet_node__switches and
 vfleet_node__refused in ansible/roles/vfleet_node/vars/main.yml), on the real rollout.yml with one node
-that is this machine (tests/fleet_helpers.py: a production inventory, no test fleet, no container).
+that is this machine (tests/support/fleet.py: a production inventory, no test fleet, no container).
 
 The command behind every gate (vfleet_node_vfleet_cmd), the paths the gates read, the addresses the
 checks talk to, the lock and the run id are no inputs: set with -e or in the inventory they are refused
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 from conftest import REPO
-from fleet_helpers import NOWHERE, fleet, local_inventory, playbook, pulled, rollout
+from support.fleet import NOWHERE, fleet, local_inventory, playbook, pulled, rollout
 
 from vfleet.fleet import inventory as fleet_inventory
 from vfleet.fleet.ansible import ansible_dir

@@ -1,6 +1,6 @@
 """Where the fleet lock lives, whose it is, and what a refusal says about its holder (ansible/roles/vfleet/
 tasks/plan.yml, lock.yml, unlock.yml, ansible/unlock.yml), on real rollout.yml runs whose one node is this
-machine (a local connection, no balancer: tests/fleet_helpers.py), through `vfleet fleet rollout` and
+machine (a local connection, no balancer: tests/support/fleet.py), through `vfleet fleet rollout` and
 through ansible-playbook itself.
 
 The lock never lives on a node, since a swapped or lost node would take the lock with it or block every
@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from fleet_helpers import LOCK, NOWHERE, flat, local_inventory, pulled, rollout
+from support.fleet import LOCK, NOWHERE, flat, local_inventory, pulled, rollout
 
 from vfleet.fleet.ansible import env as ansible_env
 from vfleet.fleet.ansible import playbook_argv

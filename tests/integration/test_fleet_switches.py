@@ -1,7 +1,7 @@
 """Issues 21 and 31: the test-fleet switches and overrides (vfleet_node__switches in
 ansible/roles/vfleet_node/vars/main.yml), the allow-list of role inputs (vfleet_node__inputs, and
 vfleet_node__refused) and the production rule, on the real rollout.yml, rollback.yml and verify.yml with
-one node that is this machine (tests/fleet_helpers.py; no container is started).
+one node that is this machine (tests/support/fleet.py; no container is started).
 
 That inventory is never a test fleet's: its node is no container `make fleet-up` started, and the group
 vfleet_test_fleet added by hand is no mark (refused naming why). So every switch is refused before
@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import ConfigTree
-from fleet_helpers import NOWHERE, fleet, local_inventory, playbook, pulled, rollout
+from support.fleet import NOWHERE, fleet, local_inventory, playbook, pulled, rollout
 
 from vfleet.errors import VfleetError
 from vfleet.fleet import inventory as fleet_inventory

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from supply_helpers import make_key
+from support.supply import make_key
 
 from vfleet.models import manifest as mm
 

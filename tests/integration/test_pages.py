@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from conftest import REPO
-from page_browser import Browser, Rendered, browser
-from supply_helpers import make_key
+from support.browser import Browser, Rendered, browser
+from support.supply import make_key
 
 from vfleet.commands.fleet import _recheck
 from vfleet.pages import fleet_html, html, report_html

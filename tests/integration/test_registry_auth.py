@@ -16,54 +16,20 @@ import datetime as dt
 import ipaddress
 import json
 import os
-import ssl
 import stat
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from support.registry_server import CONFIG, DIGEST, PASSWORD, REPO, TOKEN, USER, Registry, Tls, serve
 
 from vfleet.errors import VfleetError
 from vfleet.supply import registry
 from vfleet.supply.identity import registry_manifest_digest, resolve
 from vfleet.supply.store import SupplyError
 from vfleet.verify.record.image import registry_digest
-
-USER, PASSWORD = "ci-bot", "s3cret-pa55"
-TOKEN = "tok-" + "9" * 20
-REPO = "team/vfleet-cpu"
-CONFIG = "sha256:" + "c0" * 32
-MANIFEST = json.dumps(
-    {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": CONFIG, "size": 2},
-        "layers": [],
-    }
-).encode()
-DIGEST = "sha256:" + "d1" * 32
-
-
-@dataclass
-class Registry:
-    """What the served registry requires ('bearer', 'basic' or 'none') and what it was sent."""
-
-    mode: str
-    host: str = ""
-    seen_auth: list[str] = field(default_factory=list)
-    scheme: str = "http"
-
-
-@dataclass(frozen=True)
-class Tls:
-    ca: Path  # the CA certificate a controller would trust (SSL_CERT_FILE)
-    cert: Path  # the registry's certificate (for 127.0.0.1) and its key
-    key: Path
 
 
 @pytest.fixture(scope="module")
@@ -124,81 +90,13 @@ def https_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return daemon
 
 
-def _handler(reg: Registry) -> type[BaseHTTPRequestHandler]:
-    basic_ok = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-
-    class Handler(BaseHTTPRequestHandler):
-        timeout = 2  # the client's https attempt sends a TLS hello this plain-http server cannot read
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _send(self, code: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
-            self.send_response(code)
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            auth = self.headers.get("Authorization", "")
-            reg.seen_auth.append(auth)
-            if self.path.startswith("/token"):
-                if auth != basic_ok:
-                    self._send(401)
-                    return
-                assert "service=test-registry" in self.path and "scope=repository" in self.path, self.path
-                self._send(200, json.dumps({"token": TOKEN}).encode(), {"Content-Type": "application/json"})
-                return
-            if not self.path.startswith(f"/v2/{REPO}/manifests/"):
-                self._send(404)
-                return
-            want = {"bearer": f"Bearer {TOKEN}", "basic": basic_ok}.get(reg.mode)
-            if want is not None and auth != want:
-                challenge = (
-                    f'Bearer realm="{reg.scheme}://{reg.host}/token",service="test-registry",'
-                    f'scope="repository:{REPO}:pull"'
-                    if reg.mode == "bearer"
-                    else 'Basic realm="test-registry"'
-                )
-                self._send(401, b"{}", {"WWW-Authenticate": challenge})
-                return
-            ref = self.path.rsplit("/", 1)[1]
-            if ref not in ("v1", DIGEST):
-                self._send(404)
-                return
-            media = "application/vnd.oci.image.manifest.v1+json"
-            self._send(200, MANIFEST, {"Content-Type": media, "Docker-Content-Digest": DIGEST})
-
-    return Handler
-
-
-def _serve(mode: str, tls: Tls | None = None) -> Iterator[Registry]:
-    """A registry on 127.0.0.1: over TLS with TLS's certificate, else plain http."""
-    reg = Registry(mode, scheme="https" if tls else "http")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(reg))
-    if tls is not None:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(tls.cert, tls.key)
-        server.socket = ctx.wrap_socket(server.socket, server_side=True)
-    reg.host = f"127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield reg
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.fixture(params=["bearer", "basic"])
 def locked(
     request: pytest.FixtureRequest, tls: Tls, https_only: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Registry]:
     """A registry that needs a login, over https with a certificate this controller trusts (SSL_CERT_FILE)."""
     monkeypatch.setenv("SSL_CERT_FILE", str(tls.ca))
-    yield from _serve(request.param, tls)
+    yield from serve(request.param, tls)
 
 
 @pytest.fixture
@@ -292,7 +190,7 @@ def test_a_refused_login_is_named_without_its_password(locked: Registry, docker_
 def test_an_open_registry_is_asked_without_credentials(docker_config: Path) -> None:
     """A registry that asks for nothing gets nothing: the login is looked up only on a challenge."""
     _write_config(docker_config, _auths("127.0.0.1"))  # wrong host: would not be sent anyway
-    for reg in _serve("none"):
+    for reg in serve("none"):
         assert registry_manifest_digest(f"{reg.host}/{REPO}:v1") == DIGEST
         assert reg.seen_auth and all(a == "" for a in reg.seen_auth)
 
@@ -352,7 +250,7 @@ def test_a_reference_without_a_registry_is_refused_naming_the_fix(ref: str) -> N
 def test_image_resolve_prints_the_digest_reference_the_registry_names(docker_config: Path, tls: Tls) -> None:
     """`vfleet image resolve REF --json`: the tag resolved at the registry, with the login; and a
     reference it cannot resolve is exit 1 with the reason, never a digest."""
-    for reg in _serve("bearer", tls):
+    for reg in serve("bearer", tls):
         _write_config(docker_config, _auths(reg.host))
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "SSL_CERT_FILE": str(tls.ca)}
         argv = [sys.executable, "-m", "vfleet", "image", "resolve"]
@@ -377,14 +275,14 @@ def test_a_tls_failure_is_an_error_naming_the_registry_and_the_fix(
     answer with a digest). A plain-http registry and an https one whose CA this controller does not trust
     are both TLS failures, named with the registry and the fix; the plain-http one is never asked."""
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
-    for reg in _serve("none"):
+    for reg in serve("none"):
         with pytest.raises(SupplyError) as err:
             registry_manifest_digest(f"{reg.host}/{REPO}:v1")
         text = str(err.value)
         assert text.startswith(f"registry {reg.host}: the TLS connection to https://{reg.host}/v2/{REPO}/manifests/v1")
         assert '"insecure-registries" in' in text and "VFLEET_INSECURE_REGISTRIES" in text, text
         assert not reg.seen_auth, "the registry was asked over plain http"
-    for reg in _serve("none", tls):
+    for reg in serve("none", tls):
         with pytest.raises(SupplyError) as err:
             resolve(f"{reg.host}/{REPO}:v1")
         assert f"registry {reg.host}: the TLS connection" in str(err.value), err.value
@@ -400,7 +298,7 @@ def test_plain_http_only_for_a_registry_declared_insecure(
     """An http registry is asked over http only when declared insecure: by VFLEET_INSECURE_REGISTRIES (its
     HOST:PORT or a CIDR holding it), by docker's daemon.json insecure-registries, or as loopback (docker's
     default); the error when it is not says how it was asked."""
-    for reg in _serve("none"):
+    for reg in serve("none"):
         if how == "setting":
             monkeypatch.setenv("VFLEET_INSECURE_REGISTRIES", f"other.example:5000, {reg.host}")
         elif how == "setting-cidr":
@@ -426,7 +324,7 @@ def test_no_credentials_are_sent_over_http(
 ) -> None:
     """Issue 31: a registry declared insecure that answers a challenge over http gets no login, neither
     Basic nor a token fetched with it; the error names the registry and that vfleet sends none over http."""
-    for reg in _serve(mode):
+    for reg in serve(mode):
         monkeypatch.setenv("VFLEET_INSECURE_REGISTRIES", reg.host)
         _write_config(docker_config, _auths(reg.host))
         with pytest.raises(SupplyError) as err:

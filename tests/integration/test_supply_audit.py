@@ -5,22 +5,14 @@ unreachable (a proxy address that refuses connections), where the report must sa
 from __future__ import annotations
 
 import os
-import socket
 
 import httpx
 import pytest
+from support.network import refusing_address
 
 from vfleet.supply.audit import _summarise, audit_packages
 
 PKG = ("httpx", "0.28.1")
-
-
-def refusing_address() -> str:
-    """A local port nothing listens on: bound, then closed, so a connection to it is refused."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
 
 
 def test_unreachable_database_is_unknown() -> None:

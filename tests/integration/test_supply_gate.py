@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from fleet_helpers import LOCK, NOWHERE, local_inventory, pulled, rollout
-from supply_helpers import make_key
+from support.fleet import LOCK, NOWHERE, local_inventory, pulled, rollout
+from support.supply import make_key
 
 
 def _inventory(tmp: Path) -> Path:
@@ -64,9 +64,9 @@ def test_a_key_is_trusted_for_its_roles_only(tmp_path: Path) -> None:
     signed by that key (a served registry of the real protocol, as in test_supply_policy); the gate's own
     command, `vfleet image verify` as the rollout runs it, refuses it naming the key's role, and passes it
     once the key is declared for provenance. A rollout given a key with no role stops before any play."""
-    from test_registry_auth import CONFIG, DIGEST, _serve
-    from test_registry_auth import REPO as SERVED_REPO
-    from test_supply_policy import CLEAN, signed_record
+    from support.registry_server import CONFIG, DIGEST, serve
+    from support.registry_server import REPO as SERVED_REPO
+    from support.supply_records import CLEAN, signed_record
 
     from vfleet.supply.audit import _summarise
     from vfleet.supply.identity import KIND_MANIFEST, Identity
@@ -75,7 +75,7 @@ def test_a_key_is_trusted_for_its_roles_only(tmp_path: Path) -> None:
     assert bare.returncode != 0 and "names no role" in bare.stdout and "ROLE=PUB" in bare.stdout, bare.stdout[-2000:]
     assert "PLAY [" not in bare.stdout
     pub, store = tmp_path / "release.pub", ("--store", str(tmp_path / "store"))
-    for reg in _serve("none"):
+    for reg in serve("none"):
         ref = f"{reg.host}/{SERVED_REPO}@{DIGEST}"
         ident = Identity(ref, CONFIG, f"{reg.host}/{SERVED_REPO}", DIGEST, KIND_MANIFEST)
         signed_record(tmp_path, _summarise({"service": "pypi"}, CLEAN), ident=ident)  # signed by tmp/release.pem

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from supply_helpers import make_key
-from test_supply_audit import refusing_address
+from support.network import refusing_address
+from support.supply_records import CLEAN, IDENT, IMAGE_ID, signed_record
 
 from vfleet.commands.image import vuln_rules
 from vfleet.images import ROOT
@@ -27,24 +27,12 @@ from vfleet.pages.fleet_html import node_cells
 from vfleet.pins import load as load_pins
 from vfleet.profiles import ProfileError
 from vfleet.supply import policy as vpolicy
-from vfleet.supply import provenance as prov
-from vfleet.supply import statements
-from vfleet.supply.attest import byproduct
 from vfleet.supply.audit import _summarise, audit_packages
 from vfleet.supply.check import Result, profile_is_production, provenance_entry, verify_identity
-from vfleet.supply.identity import KIND_MANIFEST, Identity
-from vfleet.supply.store import SBOM, STATEMENT, VULNS, SupplyError, envelope_path, record_dir
+from vfleet.supply.store import SupplyError
 
 TODAY = dt.date.today()
 REASON = "the affected code path is not used by vLLM"
-IMAGE_ID = "sha256:" + "1" * 64
-IDENT = Identity(
-    "registry.test:5000/vfleet-cuda@sha256:" + "2" * 64,
-    IMAGE_ID,
-    "registry.test:5000/vfleet-cuda",
-    "sha256:" + "2" * 64,
-    KIND_MANIFEST,
-)
 
 # pip-audit's JSON (2.10: id, fix_versions, aliases; no severity) for one vulnerable and one clean package.
 VULNERABLE = {
@@ -60,39 +48,6 @@ VULNERABLE = {
         {"name": "httpx", "version": "0.28.1", "vulns": []},
     ]
 }
-CLEAN = {"dependencies": [{"name": "httpx", "version": "0.28.1", "vulns": []}]}
-
-
-def signed_record(
-    tmp: Path, report: dict[str, Any], vllm_base: str | None = None, ident: Identity = IDENT
-) -> tuple[Path, list[Any]]:
-    """A store holding IDENT's record with REPORT as its vulnerability report, signed for IDENT's digest
-    with the key tmp/release.pem (public: tmp/release.pub); and the trusted keys. VLLM_BASE: the base the
-    build labels name (default: the default base), with its base image and series."""
-    tmp.mkdir(parents=True, exist_ok=True)
-    # One release key per TMP: records signed into one store by several calls are all trusted by its pub.
-    priv, pub = tmp / "release.pem", tmp / "release.pub"
-    if not priv.is_file():
-        priv, pub = make_key(tmp, "release")
-    store = tmp / "store"
-    rec = record_dir(store, ident.image_id)
-    rec.mkdir(parents=True)
-    (rec / SBOM).write_text(json.dumps({"bomFormat": "CycloneDX", "components": []}))
-    (rec / VULNS).write_text(json.dumps(report, indent=1))
-    pinned = load_pins(ROOT / "versions.json")
-    vllm_base = vllm_base or pinned.vllm_version
-    known = pinned.bases.get(vllm_base)
-    image = (known.base_images if known else pinned.base_images)["cuda"].ref
-    base = f"{image}@sha256:{'3' * 64}"
-    mats = prov.materials(ROOT, "cuda", base, None, vllm_base if known else None)
-    products = [byproduct("sbom", rec / SBOM, "application/json"), byproduct("vulnerabilities", rec / VULNS, "x")]
-    subject = prov.subject_of(ident.name, ident.digest, ident.image_id, ident.kind)
-    stmt = prov.statement(subject, "cuda", mats, products, {"VLLM_VERSION": vllm_base})
-    (rec / STATEMENT).write_text(json.dumps(stmt))
-    env = envelope_path(store, ident.image_id, ident.digest)
-    env.parent.mkdir()
-    env.write_text(json.dumps(statements.sign(stmt, statements.load_private_key(priv))))
-    return store, statements.trusting(statements.PROVENANCE, [statements.load_public_key(pub)])
 
 
 def run(

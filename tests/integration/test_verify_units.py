@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_promotion import load_row, trusted, write_report
+from support.reports import load_row, trusted, write_report
 
 from vfleet import promotion, tinymodel
 from vfleet.errors import VfleetError

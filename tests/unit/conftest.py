@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from repo_helpers import REPO, ConfigTree
+from support.repo import REPO, ConfigTree
 
 __all__ = ["MESSAGE", "REPO", "ConfigTree", "Guard", "UnitTierError", "unit_guard"]
 

@@ -3,8 +3,7 @@ run against the promoted one (vfleet.verify.answers.compare), on constructed rec
 
 from __future__ import annotations
 
-from test_answers_gate import BASE, figure
-from test_answers_verdict import ALLOWANCE, BASE_WRONG, IDS, QSET, logprobs, record
+from support.answer_records import ALLOWANCE, BASE, BASE_WRONG, IDS, QSET, figure, logprobs, record
 
 from vfleet.profile_answers import AnswersSpec
 from vfleet.verify.answers.compare import compare

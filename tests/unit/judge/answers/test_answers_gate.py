@@ -4,34 +4,13 @@ reference text, an unmeasured drift allowance and a worse candidate."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from test_answers_verdict import ALLOWANCE, BASE_WRONG, IDS, QSET, logprobs, record
+from support.answer_records import ALLOWANCE, BASE, BASE_WRONG, IDS, figure, logprobs, record
 
 from vfleet.profile_answers import AnswersSpec
-from vfleet.verify.answers.figure import AnswersFigure
 from vfleet.verify.answers.gate import NO_ANSWERS_BASELINE, judgement
-from vfleet.verify.answers.questions import load_reference
-from vfleet.verify.answers.records import AnswerRecord, LogprobRecord
 from vfleet.verify.answers.verdict import NO_BASELINE
 
 SPEC = AnswersSpec(questions="basic-v1", drift=ALLOWANCE)
-_, REF_SHA = load_reference("reference-v1")
-
-
-def figure(rec: AnswerRecord, lp: LogprobRecord, **change: Any) -> AnswersFigure:
-    acc, low, high = rec.accuracy(0.95)
-    lp_dict = {**lp.as_dict(), "reference_sha256": REF_SHA}
-    fields: dict[str, Any] = {
-        "questions": QSET.name, "set_sha256": QSET.sha256, "reference": "reference-v1", "concurrency": 8,
-        "max_tokens": 16, "confidence": 0.95, "items": len(rec.items), "right": rec.right,
-        "unanswered": len(rec.errors), "accuracy": acc, "wilson_low": low, "wilson_high": high, "set_s": 1.0,
-        "reference_s": 0.1, "record": rec.as_dict(), "logprobs": lp_dict,
-    }  # fmt: skip
-    return AnswersFigure(**{**fields, **change})
-
-
-BASE = figure(record(BASE_WRONG), logprobs())
 
 
 def test_a_profile_without_the_gate_is_not_judged() -> None:

@@ -5,40 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from support.answer_records import ALLOWANCE, BASE_WRONG, IDS, QSET, logprobs, record
 
-from vfleet.profile_answers import AnswersSpec, DriftAllowance
-from vfleet.verify.answers.questions import QuestionSet, load_set
-from vfleet.verify.answers.records import AnswerRecord, ItemAnswer, LogprobRecord, RecordError
-from vfleet.verify.answers.scoring import RULE
+from vfleet.profile_answers import AnswersSpec
+from vfleet.verify.answers.records import AnswerRecord, LogprobRecord, RecordError
 from vfleet.verify.answers.verdict import NO_BASELINE, NOT_MEASURED, judge
 
-QSET = load_set("basic-v1")
-ALLOWANCE = DriftAllowance(mean_abs=0.01, p99=0.05, top1_share=0.01, measured_by="select aa on node1,node2 (test)")
 SPEC = AnswersSpec(margin=0.05, confidence=0.95, drift=ALLOWANCE)
-WRONG = "I do not know"
-
-
-def record(wrong: set[str], qset: QuestionSet = QSET, errors: frozenset[str] = frozenset()) -> AnswerRecord:
-    """A run that answers every item right (its canonical answer) but the ids in WRONG."""
-    items = []
-    for item in qset.items:
-        if item.id in errors:
-            items.append(ItemAnswer(item.id, "", None, False, error="HTTP 500: boom"))
-        elif item.id in wrong:
-            items.append(ItemAnswer(item.id, WRONG, "stop", False))
-        else:
-            items.append(ItemAnswer(item.id, item.answer, "stop", True))
-    return AnswerRecord(qset.name, qset.version, qset.sha256, RULE, "p" * 64, "m", 16, 8, tuple(items))
-
-
-def logprobs(shift: float = 0.0, flips: int = 0, tokens: tuple[int, ...] = tuple(range(100, 400))) -> LogprobRecord:
-    lps = [None] + [-1.0 - (i % 7) / 10 + shift for i in range(1, len(tokens))]
-    top = [None] + [tokens[i] if i > flips else tokens[i] + 1 for i in range(1, len(tokens))]
-    return LogprobRecord("reference-v1", "r" * 64, "m", tokens, tuple(lps), tuple(top))
-
-
-IDS = [item.id for item in QSET.items]
-BASE_WRONG = set(IDS[:30])
 
 
 def test_aa_passes() -> None:

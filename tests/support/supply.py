@@ -10,8 +10,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from image_helpers import dk
 
+from support.images import dk
 from vfleet.images import ROOT, pinned
 from vfleet.patchset.apply import manifest_data
 from vfleet.patchset.series import load_series, select

@@ -43,7 +43,7 @@ MADE_UP_ALLOWANCE = {
     "mean_abs": 0.01,
     "p99": 0.05,
     "top1_share": 0.01,
-    "measured_by": "made up for tests of other gates (tests/answers_helpers.py), never measured",
+    "measured_by": "made up for tests of other gates (tests/support/answers.py), never measured",
 }
 
 
