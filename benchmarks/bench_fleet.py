@@ -1,9 +1,9 @@
 """Print the fleet figures that the fleet tests record.
 
-* stand-in images, 4 nodes (tests/e2e/test_ansible_fleet.py): wall time per scenario, swap time per node,
+* stand-in images, 4 nodes (tests/e2e/ops/test_ansible_fleet.py): wall time per scenario, swap time per node,
   bytes pulled per node for an upgrade that changes one small layer;
 * the lifecycle on the real CPU image, 2 nodes (a canary and a batch), HAProxy and live traffic
-  (tests/e2e/test_fleet_lifecycle.py):
+  (tests/e2e/ops/test_fleet_lifecycle.py):
   wall time per step, client requests sent/completed/failed/truncated/empty per step, and per node
   and step the drain time, the swap time (stop to healthy), the boot-verify time and the out-of-pool
   window (balancer drain to ready).
@@ -25,11 +25,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 FIG = ROOT / ".cache" / "fleet"
-TESTS = ["tests/e2e/test_ansible_fleet.py", "tests/e2e/test_fleet_lifecycle.py"]
+TESTS = ["tests/e2e/ops/test_ansible_fleet.py", "tests/e2e/ops/test_fleet_lifecycle.py"]
 
 
 def standin(data: dict[str, Any]) -> None:
-    print("== stand-in images (4 nodes, tests/e2e/test_ansible_fleet.py)")
+    print("== stand-in images (4 nodes, tests/e2e/ops/test_ansible_fleet.py)")
     for scenario, secs in data.get("wall_s", {}).items():
         print(f"  wall   {scenario:34s} {secs:8.1f} s")
     for scenario, per_node in data.get("swap_s", {}).items():
@@ -41,7 +41,7 @@ def standin(data: dict[str, Any]) -> None:
 
 
 def lifecycle(data: dict[str, Any]) -> None:
-    print("== lifecycle, real vfleet CPU image (2 nodes, HAProxy, live traffic; tests/e2e/test_fleet_lifecycle.py)")
+    print("== lifecycle, real vfleet CPU image (2 nodes, HAProxy, live traffic; tests/e2e/ops/test_fleet_lifecycle.py)")
     print(f"  {'step':36s} {'wall s':>8s}")
     for step, secs in data.get("wall_s", {}).items():
         print(f"  {step:36s} {secs:8.1f}")

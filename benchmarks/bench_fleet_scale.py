@@ -1,5 +1,5 @@
 """Controller cost of a rollout as the fleet grows (issue 15): the stand-in fleet (light stand-in
-images, stand-in boot-verify; tests/e2e/test_ansible_fleet.py) at 8, 16 and 32 nodes, each rolled onto a
+images, stand-in boot-verify; tests/e2e/ops/test_ansible_fleet.py) at 8, 16 and 32 nodes, each rolled onto a
 new image at two batch sizes, by one or more checkouts of vfleet side by side on the same fleet.
 
 One fleet of the largest size is started; a run at N nodes rolls nodes 1..N (--limit) from one

@@ -1,5 +1,5 @@
 """Detection of real KV-cache corruption by the integrity probe, against corruption strength, on the
-two tiny models (issue 11, part 4; tests/integration/test_kv_corruption.py is the short version in make test).
+two tiny models (issue 11, part 4; tests/integration/judge/test_kv_corruption.py is the short version in make test).
 
     flock /tmp/vfleet-heavy.lock .venv/bin/python benchmarks/bench_kv_corruption.py [--trials 5] [--clean 20]
 

@@ -81,60 +81,60 @@ STAGES: dict[str, tuple[str, ...]] = {
 LANES: dict[str, tuple[tuple[str, ...], ...]] = {
     "integration": (
         (
-            "tests/integration/test_verify_live.py",
-            "tests/integration/test_verify_units.py",
-            "tests/integration/test_pages.py",
-            "tests/integration/test_verify_load.py",
-            "tests/integration/test_verify_logs.py",
-            "tests/integration/test_realmodel.py",
-            "tests/integration/test_answers_gate.py",
+            "tests/integration/judge/test_verify_live.py",
+            "tests/integration/judge/test_verify_units.py",
+            "tests/integration/judge/test_pages.py",
+            "tests/integration/judge/test_verify_load.py",
+            "tests/integration/judge/test_verify_logs.py",
+            "tests/integration/build/test_realmodel.py",
+            "tests/integration/judge/test_answers_gate.py",
         ),
         (
-            "tests/integration/test_patch_status.py",
-            "tests/integration/test_patch_status_rows.py",
-            "tests/integration/test_seed002_patch.py",
-            "tests/integration/test_patch_apply.py",
-            "tests/integration/test_patch_bases.py",
-            "tests/integration/test_patch_git_engine.py",
-            "tests/integration/test_patch_series.py",
-            "tests/integration/test_vllm_parser_bases.py",
-            "tests/integration/test_vllm_parser.py",
+            "tests/integration/build/test_patch_status.py",
+            "tests/integration/build/test_patch_status_rows.py",
+            "tests/integration/build/test_seed002_patch.py",
+            "tests/integration/build/test_patch_apply.py",
+            "tests/integration/build/test_patch_bases.py",
+            "tests/integration/build/test_patch_git_engine.py",
+            "tests/integration/build/test_patch_series.py",
+            "tests/integration/core/test_vllm_parser_bases.py",
+            "tests/integration/core/test_vllm_parser.py",
             "tests/test_seed002_metadata_reuse.py",
             # the playbooks on the local one-node inventory: one lane, since they share the role's fleet lock
-            "tests/integration/test_ansible_defaults.py",
-            "tests/integration/test_ansible_secrets.py",
-            "tests/integration/test_ansible_static.py",
-            "tests/integration/test_deploy_record.py",
-            "tests/integration/test_fleet_canary_plan.py",
-            "tests/integration/test_fleet_inputs.py",
-            "tests/integration/test_fleet_lock.py",
-            "tests/integration/test_fleet_switches.py",
-            "tests/integration/test_supply_gate.py",
+            "tests/integration/ops/test_ansible_defaults.py",
+            "tests/integration/ops/test_ansible_secrets.py",
+            "tests/integration/ops/test_ansible_static.py",
+            "tests/integration/ops/test_deploy_record.py",
+            "tests/integration/ops/test_fleet_canary_plan.py",
+            "tests/integration/ops/test_fleet_inputs.py",
+            "tests/integration/ops/test_fleet_lock.py",
+            "tests/integration/ops/test_fleet_switches.py",
+            "tests/integration/build/test_supply_gate.py",
         ),
     ),
     "e2e": (
         (
-            "tests/e2e/test_ansible_fleet.py",
-            "tests/e2e/test_fleet_node_faults.py",
-            "tests/e2e/test_staging.py",
-            "tests/e2e/test_rollback_gate.py",
-            "tests/e2e/test_verify_image_digest.py",
+            "tests/e2e/ops/test_ansible_fleet.py",
+            "tests/e2e/ops/test_fleet_node_faults.py",
+            "tests/e2e/ops/test_staging.py",
+            "tests/e2e/ops/test_rollback_gate.py",
+            "tests/e2e/judge/test_verify_image_digest.py",
         ),
         (
-            "tests/e2e/test_fleet_lifecycle.py",
-            "tests/e2e/test_demo_image.py",
-            "tests/e2e/test_image_cpu.py",
-            "tests/e2e/test_verify_cpu_image.py",
-            "tests/e2e/test_image_gpu.py",
-            "tests/e2e/test_supply_cpu.py",
-            "tests/e2e/test_supply_verify.py",
+            "tests/e2e/ops/test_fleet_lifecycle.py",
+            "tests/e2e/cli/test_demo_image.py",
+            "tests/e2e/build/test_image_cpu.py",
+            "tests/e2e/judge/test_verify_cpu_image.py",
+            "tests/e2e/build/test_image_gpu.py",
+            "tests/e2e/build/test_supply_cpu.py",
+            "tests/e2e/build/test_supply_verify.py",
         ),
     ),
 }
 #: The files of a stage that run in one process after its lanes, with the machine to themselves.
 ALONE: dict[str, tuple[str, ...]] = {
-    "integration": ("tests/integration/test_ab.py",),
-    "e2e": ("tests/e2e/test_newcomer.py",),
+    "integration": ("tests/integration/judge/test_ab.py",),
+    "e2e": ("tests/e2e/cli/test_newcomer.py",),
 }
 #: Seconds between the progress lines of lanes that run side by side.
 LANE_PROGRESS_S = 120.0
@@ -251,7 +251,7 @@ def _lanes(stage: Stage) -> tuple[list[tuple[str, ...]], tuple[str, ...]]:
     files = [
         str(f.relative_to(ROOT))
         for path in stage.paths
-        for f in ([ROOT / path] if (ROOT / path).is_file() else sorted((ROOT / path).glob("test_*.py")))
+        for f in ([ROOT / path] if (ROOT / path).is_file() else sorted((ROOT / path).rglob("test_*.py")))
     ]
     alone = tuple(f for f in files if f in ALONE.get(stage.name, ()) and f not in taken)
     others = tuple(f for f in files if f not in taken and f not in alone)

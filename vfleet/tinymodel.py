@@ -9,7 +9,7 @@ Two variants share the tokenizer and the weights: `random` (the default) sits on
 top two next tokens often a few hundredths of a nat apart; `confident` multiplies the final norm's
 weight by CONFIDENT_SCALE, which scales every logit, so its greedy text is stable (top-2 gap on 30
 random prompts: min 0.5, median 6 nats, against 0.03 and 0.4 for `random`). The integrity probe's
-corruption test (tests/integration/test_kv_corruption.py) runs on both.
+corruption test (tests/integration/judge/test_kv_corruption.py) runs on both.
 
 The build writes into a temporary directory next to the target and renames it into place, so an
 interrupted build leaves nothing half-built; a finished build is recognised by its stamp file.

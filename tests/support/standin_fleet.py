@@ -1,5 +1,5 @@
-"""The stand-in test fleet of the e2e rollout scenarios (tests/e2e/test_ansible_fleet.py and
-tests/e2e/test_fleet_node_faults.py): 4 Docker-in-Docker nodes, a local registry and the HAProxy balancer that
+"""The stand-in test fleet of the e2e rollout scenarios (tests/e2e/ops/test_ansible_fleet.py and
+tests/e2e/ops/test_fleet_node_faults.py): 4 Docker-in-Docker nodes, a local registry and the HAProxy balancer that
 lb.yml sets up, the light stand-in images pushed to it, and Ctx, which drives the operator's CLI (`vfleet fleet
 ...`) or raw ansible-playbook against it and reads every outcome from the nodes and the balancer themselves.
 

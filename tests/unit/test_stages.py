@@ -110,8 +110,8 @@ def test_the_e2e_lanes_run_side_by_side_and_every_other_file_after_them() -> Non
     assert len(lanes) == len(st.LANES["e2e"]) and all(lanes), lanes
     files = [p for lane in lanes for p in lane] + list(alone)
     assert len(files) == len(set(files)), files
-    assert set(files) == {str(f.relative_to(st.ROOT)) for f in (st.ROOT / "tests/e2e").glob("test_*.py")}
-    assert alone == ("tests/e2e/test_newcomer.py",)
+    assert set(files) == {str(f.relative_to(st.ROOT)) for f in (st.ROOT / "tests/e2e").rglob("test_*.py")}
+    assert alone == ("tests/e2e/cli/test_newcomer.py",)
     (unit,), _ = st.parse_args(["unit"])
     assert st._lanes(unit) == ([], ())
 
@@ -130,12 +130,12 @@ def test_the_integration_lanes_take_every_file_once_and_leave_the_ab_tests_alone
     want = {
         str(f.relative_to(st.ROOT))
         for folder in ("tests/integration", "tests/kernels")
-        for f in (st.ROOT / folder).glob("test_*.py")
+        for f in (st.ROOT / folder).rglob("test_*.py")
     } | {"tests/test_seed002_metadata_reuse.py"}
     assert set(files) == want, set(files) ^ want
-    assert alone == ("tests/integration/test_ab.py",)
-    assert "tests/integration/test_alerts.py" in lanes[-1]
-    assert all((st.ROOT / p).is_file() for lane in st.LANES["integration"] for p in lane)
+    assert alone == ("tests/integration/judge/test_ab.py",)
+    assert "tests/integration/judge/test_alerts.py" in lanes[-1]
+    assert all((st.ROOT / p).is_file() for tier in ("integration", "e2e") for lane in st.LANES[tier] for p in lane)
 
 
 def test_a_file_the_stage_names_itself_runs_in_the_lane_of_the_rest_when_no_lane_takes_it(

@@ -23,7 +23,7 @@ from vfleet.supply.statements import Keyring
 
 #: Fewer rounds than this are refused for a promotion A/B. At 10 rounds and 2% per-measurement noise a
 #: clean build passes the 5% margin in nearly every run, at 3% noise it needs about 20 (synthetic,
-#: tests/integration/test_ab.py); with fewer the interval is too wide to show anything within a few percent.
+#: tests/integration/judge/test_ab.py); with fewer the interval is too wide to show anything within a few percent.
 PROMOTION_MIN_ROUNDS = 10
 #: A margin (the minimum effect) above this is refused for a promotion A/B: a wider margin lets a
 #: regression of that size through by definition.

@@ -36,7 +36,7 @@ INVENTORY = "inventory"
 COMMAND_LINE = "command line"
 #: Names the roles compute or pass between them (set_fact, register, the playbooks' and task files' own
 #: vars): an extra var of one would stand in for a gate's input or result. ansible/roles/vfleet/tasks/
-#: guard.yml has the same pattern; tests/integration/test_fleet_switches.py checks that it covers every such name.
+#: guard.yml has the same pattern; tests/integration/ops/test_fleet_switches.py checks that it covers every such name.
 INTERNAL_PARTS = (
     r"^(vfleet(_node|_lb)?__|vfleet_(plan|rows|ok_fact|ok_what|lock_for)$|vfleet_node_status$",
     r"|vfleet_lb_(in_pool|status|drain|servers?|address|port)$)",

@@ -3,7 +3,7 @@
 Everything is generated here, from one place, and `vfleet alerts` writes it to monitoring/:
 
 - the metric names: those a real vLLM serves (recorded from vLLM 0.26.0 on an H200,
-  tests/fixtures/metrics/h200-graph.txt; tests/integration/test_alerts.py checks every name used against it);
+  tests/fixtures/metrics/h200-graph.txt; tests/integration/judge/test_alerts.py checks every name used against it);
 - the serve profiles (serve_configs/): which served model names exist, and which serve with prefix
   caching (``verify.prefix_cache``): the prefix-cache alert watches only those;
 - the bounds in :data:`DEFAULT_BOUNDS`. The profiles' ``verify:`` sections define no latency, queue or

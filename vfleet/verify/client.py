@@ -20,7 +20,7 @@ UNAUTHORIZED_HINT = (
 
 #: One client for the process: thread-safe, with a connection pool. A client per request would build
 #: an SSL context each time (certifi's bundle), about as much CPU as a short request itself; under the
-#: load levels that overhead squeezed the difference between two servers (tests/integration/test_ab.py).
+#: load levels that overhead squeezed the difference between two servers (tests/integration/judge/test_ab.py).
 HTTP = httpx.Client()
 
 

@@ -1,8 +1,8 @@
 """`vfleet serve`, the image entrypoint: profile selection, secrets, preflight, banner, the vLLM argv.
 
 These run the real entrypoint code on this machine (no image needed) up to the exec, with --dry-run.
-A fresh process of it is tests/integration/test_image_serve_process.py; the image tests
-(tests/e2e/test_image_cpu.py) run it for real as PID 1 of the CPU image.
+A fresh process of it is tests/integration/ops/test_image_serve_process.py; the image tests
+(tests/e2e/build/test_image_cpu.py) run it for real as PID 1 of the CPU image.
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def test_the_profiles_base_must_be_the_patched_one(
     refused: bool,
 ) -> None:
     """Injected fault: the venv's vLLM is unpatched, so a manifest of a 0.34.0 image stands in for the
-    real one (tests/e2e/test_image_gpu.py checks that a built image's manifest and VFLEET_VLLM_BASE agree)."""
+    real one (tests/e2e/build/test_image_gpu.py checks that a built image's manifest and VFLEET_VLLM_BASE agree)."""
     from vfleet.commands import serve
 
     monkeypatch.setattr(serve, "patch_manifest", lambda: (Path("/x/vfleet_patch_manifest.json"), {"base_version": "0.34.0"}))

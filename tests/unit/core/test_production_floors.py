@@ -3,7 +3,7 @@
 Each bound of vfleet.profile_floors, broken in a production profile of a copy of serve_configs/: loading
 the profile is refused, naming the profile, the key, the bound and the fix; at the bound it loads; a profile
 that is not production (tiny/cpu) is not bound; no waiver lifts a floor. The CLI walk (a subprocess
-`vfleet check` and render) is tests/integration/test_check_floors.py.
+`vfleet check` and render) is tests/integration/core/test_check_floors.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """New warnings are news (vfleet.verify.log.templates): a healthy log's WARNING and stderr lines reduce to
 templates that a second boot of the same build repeats exactly, and a fault of each class that prints
 below ERROR (compiled ops that fail to import, a worker that hangs, a BLAS library that falls back)
-shows up as a new template. The promotion gate on signed reports is tests/integration/test_promotion.py.
+shows up as a new template. The promotion gate on signed reports is tests/integration/judge/test_promotion.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The log checks know vLLM 0.34.0's wording (issue 24, item 4).
 
 vfleet.verify.log.wording.WORDING says, per base, where vLLM prints each line the checks read; its
-literals are held to the real source trees by tests/integration/test_log_wording_sources.py. Here: the
+literals are held to the real source trees by tests/integration/judge/test_log_wording_sources.py. Here: the
 table's own consistency, and the checks on logs in 0.34's wording (tests/fixtures/logs/v0.34, made
 from the recorded H200 logs by derive_0_34.py with 0.34's format strings)."""
 

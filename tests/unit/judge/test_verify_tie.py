@@ -2,7 +2,7 @@
 the URL reaches the container when the running container publishes the URL's port on the docker host the
 URL names (the local daemon: this machine), or when the URL names the container's own address on this
 machine's daemon. Anything else is refused before any traffic, naming the URL, the container and the fix.
-The e2e test (tests/e2e/test_verify_image_digest.py) shows the refusal on the CLI with a real container."""
+The e2e test (tests/e2e/judge/test_verify_image_digest.py) shows the refusal on the CLI with a real container."""
 
 from __future__ import annotations
 

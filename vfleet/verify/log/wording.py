@@ -9,7 +9,7 @@ does not print it (`gone`, with why). The tests hold the table to both sides:
 
 - tests/unit/judge/test_logwording.py: each example is read by its pattern, and every base of
   versions.json says something about every line;
-- tests/integration/test_log_wording_sources.py: each text is in its file of the base's real source
+- tests/integration/judge/test_log_wording_sources.py: each text is in its file of the base's real source
   tree (the pinned wheel, fetched and checked against its sha256).
 
 A new base adds its block to logwording.json, read from its source; vfleet.verify.log.rules.KNOWN_VERSIONS

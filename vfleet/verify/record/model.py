@@ -3,7 +3,7 @@
 The runner builds it (vfleet.verify.record.report.build), the report writer writes it (report.json, report.md),
 `vfleet verify` summarizes it and promotion reads it back. On disk it is schema 2 as it always was:
 keys in the same order, a key that was never written is still absent (``exclude_unset``), so a report
-loaded here and dumped again is byte-identical (tests/integration/test_verify_units.py proves it on recorded
+loaded here and dumped again is byte-identical (tests/integration/judge/test_verify_units.py proves it on recorded
 reports). Every model forbids keys it does not know; a report.json that does not fit is a VfleetError
 naming the file, the key and the value it holds.
 """

