@@ -234,17 +234,27 @@ def parse_args(argv: Sequence[str]) -> tuple[list[Stage], list[str]]:
                 raise StageError(f"stage {arg!r}: write NAME=PATH[,PATH...]")
             stages.append(Stage(name, tuple(str(Path(p).resolve()) for p in folders)))
         elif name in STAGES:
+            _check_lanes(name)
             stages.append(Stage(name, STAGES[name]))
         else:
             raise StageError(f"no stage {name!r}: the stages are {', '.join(STAGES)} (or NAME=PATH)")
     return stages, extra
 
 
+def _check_lanes(name: str) -> None:
+    """Every file that LANES and ALONE name for stage NAME exists: a test file moved or renamed without its
+    lane would otherwise run in another lane, or alone no longer, without a word."""
+    named = [p for lane in LANES.get(name, ()) for p in lane] + list(ALONE.get(name, ()))
+    missing = [p for p in named if not (ROOT / p).is_file()]
+    if missing:
+        where = ", ".join(missing)
+        raise StageError(f"stage {name}: LANES or ALONE names {where}, no such file: correct lab/stages.py")
+
+
 def _lanes(stage: Stage) -> tuple[list[tuple[str, ...]], tuple[str, ...]]:
     """The stage's lanes (run side by side: those LANES names, then one of the files no lane names) and its
     ALONE files (run after them); ([], ()) for a stage without lanes."""
-    lanes = [tuple(p for p in lane if (ROOT / p).is_file()) for lane in LANES.get(stage.name, ())]
-    lanes = [lane for lane in lanes if lane]
+    lanes = [lane for lane in LANES.get(stage.name, ()) if lane]
     if not lanes or stage.paths != STAGES.get(stage.name):
         return [], ()
     taken = {p for lane in lanes for p in lane}

@@ -149,3 +149,17 @@ def test_a_file_the_stage_names_itself_runs_in_the_lane_of_the_rest_when_no_lane
     (stage,), _ = st.parse_args(["integration"])
     got, alone = st._lanes(stage)
     assert single in got[-1] and single not in alone, (got, alone)
+
+
+def test_a_lane_that_names_a_missing_file_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test file moved without its lane entry is named, before any stage runs, not left to run elsewhere."""
+    from lab import stages as st
+
+    moved = "tests/e2e/test_moved_away.py"
+    monkeypatch.setitem(st.LANES, "e2e", (*st.LANES["e2e"], (moved,)))
+    with pytest.raises(st.StageError, match=f"LANES or ALONE names {moved}, no such file"):
+        st.parse_args(["e2e"])
+    monkeypatch.setitem(st.ALONE, "integration", (moved,))
+    with pytest.raises(st.StageError, match=moved):
+        st.parse_args(["integration"])
+    assert st.parse_args(["unit"])[0][0].name == "unit"
