@@ -1,12 +1,11 @@
-"""Detect this host's GPUs (amd-smi, rocm-smi, nvidia-smi) and pick the profile that fits it."""
+"""What this host's GPUs are, read from what amd-smi, rocm-smi and nvidia-smi print, and the profile that
+fits them. Plain data and the code that reads it: the tools themselves are run by vfleet.host.detect_host."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,8 +13,6 @@ from typing import Any
 from vfleet import settings
 from vfleet.errors import SelectError
 from vfleet.profiles import Catalog, Platform, Profile
-
-Runner = Callable[[list[str]], str | None]
 
 
 @dataclass(frozen=True)
@@ -34,17 +31,6 @@ class HostInfo:
             return f"no GPU found (vendor {self.vendor}, arch {self.arch}, via {self.source})"
         kinds = sorted(set(self.names))
         return f"{self.count} x {', '.join(kinds)} (vendor {self.vendor}, arch {self.arch}, via {self.source})"
-
-
-def run_tool(argv: list[str]) -> str | None:
-    """Run a detection tool; None when it is absent or fails."""
-    if shutil.which(argv[0]) is None:
-        return None
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
 
 
 def parse_nvidia_smi(text: str) -> HostInfo | None:
@@ -109,22 +95,6 @@ def parse_rocm_smi(text: str) -> HostInfo | None:
     return _amd_host(cards, "rocm-smi")
 
 
-def detect_host(runner: Runner = run_tool) -> HostInfo:
-    """Ask amd-smi, then rocm-smi, then nvidia-smi. A host with none of them is a CPU host."""
-    probes: list[tuple[list[str], Callable[[str], HostInfo | None]]] = [
-        (["amd-smi", "static", "--asic", "--json"], parse_amd_smi),
-        (["rocm-smi", "--showproductname", "--json"], parse_rocm_smi),
-        (["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"], parse_nvidia_smi),
-    ]
-    for argv, parse in probes:
-        out = runner(argv)
-        if out:
-            info = parse(out)
-            if info is not None:
-                return info
-    return HostInfo("cpu", os.uname().machine, [], "amd-smi, rocm-smi, nvidia-smi: none found")
-
-
 def platform_matches(platform: Platform, host: HostInfo) -> bool:
     if platform.vendor != host.vendor:
         return False
@@ -136,8 +106,11 @@ def platform_matches(platform: Platform, host: HostInfo) -> bool:
     return all(any(w in name.lower() for w in wanted) for name in host.names)
 
 
-def select(catalog: Catalog, model: str, host: HostInfo | None = None, env: dict[str, str] | None = None) -> Profile:
-    """The profile of ``model`` for this host. VFLEET_PROFILE or VFLEET_PLATFORM in ``env`` override detection."""
+def select(
+    catalog: Catalog, model: str, host: HostInfo | Callable[[], HostInfo], env: dict[str, str] | None = None
+) -> Profile:
+    """The profile of ``model`` for HOST: the host, or how to find it (vfleet.host.detect_host), asked only when
+    neither VFLEET_PROFILE nor VFLEET_PLATFORM in ``env`` names the platform."""
     env = dict(os.environ) if env is None else env
     given = settings.load(env)
     forced = given.profile
@@ -151,7 +124,7 @@ def select(catalog: Catalog, model: str, host: HostInfo | None = None, env: dict
     forced_platform = given.platform
     if forced_platform:
         return catalog.load(f"{model}/{forced_platform}")
-    host = detect_host() if host is None else host
+    host = host() if callable(host) else host
     candidates = [p for p in catalog.profile_names() if p.startswith(f"{model}/")]
     if not candidates:
         raise SelectError(f"unknown model {model!r}; known: {', '.join(catalog.model_names())}")

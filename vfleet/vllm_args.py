@@ -10,9 +10,6 @@ command line, where the serve sub-parser sees it. Both come from the same profil
 from __future__ import annotations
 
 import importlib.metadata
-import json
-import os
-import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -20,7 +17,6 @@ from typing import Any
 
 import yaml
 
-from vfleet.errors import VfleetError
 from vfleet.profiles import Profile
 
 
@@ -105,9 +101,6 @@ def ensure_vllm_dist_metadata() -> Path | None:
 
 # -- the profiles through a base's own parser --------------------------------------------------------
 
-#: The line of the child's stdout that carries its answer (vLLM's loggers write to stdout too).
-_ANSWER = "vfleet-parse-answer "
-
 
 def _same(intended: Any, parsed: Any) -> bool:
     if isinstance(intended, dict):
@@ -130,56 +123,3 @@ def mismatches(intended: dict[str, Any], ns: Any) -> list[str]:
         elif not _same(want, getattr(ns, attr)):
             out.append(f"{key}: the profile means {want!r}, vLLM parsed {getattr(ns, attr)!r}")
     return out
-
-
-def _child() -> int:
-    """`python -m vfleet.vllm_args`: parse each profile's `vllm serve` line (stdin JSON: name -> {argv,
-    intended}) with the vLLM this Python imports; print name -> problems on the answer line."""
-    jobs = json.load(sys.stdin)
-    parser = build_vllm_serve_parser()
-    answer: dict[str, Any] = {"vllm": str(Path(sys.modules["vllm"].__file__ or "?").parent), "profiles": {}}
-    for name, job in jobs.items():
-        try:
-            ns = parser.parse_args(job["argv"])
-        except SystemExit:
-            answer["profiles"][name] = ["vLLM's parser refused the line (its message is above)"]
-            continue
-        answer["profiles"][name] = mismatches(job["intended"], ns)
-    print(_ANSWER + json.dumps(answer), flush=True)
-    return 0
-
-
-def parse_with_tree(profiles: list[Profile], workdir: Path, tree: Path | None = None) -> dict[str, list[str]]:
-    """Every profile's `vllm serve` line through the serve parser of the vLLM tree TREE (a directory
-    holding vllm/, e.g. a pinned wheel's tree from `vfleet patches fetch-base`; None: the vLLM this Python
-    has), in a child Python. Returns name -> what did not come out as the profile means (empty: all did).
-    Raises VfleetError when the parser cannot be built there."""
-    jobs = {}
-    for profile in profiles:
-        cfg = write_config(profile, workdir / f"{profile.name.replace('/', '_')}.yaml")
-        jobs[profile.name] = {"argv": serve_argv(cfg, profile)[1:], "intended": profile.vllm}
-    env = dict(os.environ)
-    package_parent = str(Path(__file__).resolve().parent.parent)
-    if tree is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(tree), package_parent])
-    proc = subprocess.run(
-        [sys.executable, "-m", "vfleet.vllm_args"],
-        input=json.dumps(jobs),
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        cwd=workdir,
-    )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(_ANSWER)]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip() or proc.stdout.strip())[-1500:]
-        raise VfleetError(f"cannot build vLLM's serve parser from {tree or 'this Python'}: {tail}")
-    answer = json.loads(lines[-1][len(_ANSWER) :])
-    if tree is not None and not Path(answer["vllm"]).resolve().is_relative_to(tree.resolve()):
-        raise VfleetError(f"the child imported vLLM from {answer['vllm']}, not from {tree}")
-    return {name: list(problems) for name, problems in answer["profiles"].items()}
-
-
-if __name__ == "__main__":
-    sys.exit(_child())

@@ -19,7 +19,7 @@ from vfleet.monitoring.rules import bucket_edge_problems
 from vfleet.patchset import fetch
 from vfleet.profiles import Catalog
 from vfleet.rules import RULES, evaluate
-from vfleet.vllm_args import parse_with_tree
+from vfleet.vllm_tree import parse_with_tree
 
 
 def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:

@@ -10,7 +10,8 @@ import json
 import sys
 from typing import Any
 
-from vfleet.detect import detect_host, select
+from vfleet.detect import select
+from vfleet.host import detect_host
 from vfleet.profiles import Catalog
 
 

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from vfleet import settings
-from vfleet.detect import detect_host, select
+from vfleet.detect import select
 from vfleet.errors import VfleetError
+from vfleet.host import detect_host
 from vfleet.paths import profiles_digest
 from vfleet.profiles import Catalog, Profile
 from vfleet.render import PROFILES_DIGEST_ENV
@@ -296,7 +297,7 @@ def prepare(extra: list[str], env: dict[str, str]) -> tuple[list[str], dict[str,
             "no profile chosen: set VFLEET_PROFILE=MODEL/PLATFORM (the `vfleet render` docker run line does), "
             "or VFLEET_MODEL=MODEL to pick the platform from the detected GPUs"
         )
-    profile = select(Catalog(), s.model or "", env=env)
+    profile = select(Catalog(), s.model or "", host=detect_host, env=env)
     how = "VFLEET_PROFILE" if s.profile else ("VFLEET_PLATFORM" if s.platform else "detected")
     enforce(profile)
     if "VLLM_API_KEY" not in secrets and "--api-key" not in extra and not s.allow_no_api_key:

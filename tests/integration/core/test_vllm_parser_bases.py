@@ -17,7 +17,7 @@ from conftest import REPO
 from vfleet.patchset.fetch import fetch_base
 from vfleet.pins import load as load_pins
 from vfleet.profiles import Catalog
-from vfleet.vllm_args import parse_with_tree
+from vfleet.vllm_tree import parse_with_tree
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 PINS = load_pins(REPO / "versions.json")

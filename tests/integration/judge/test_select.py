@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from vfleet.cli import main
-from vfleet.detect import detect_host, parse_amd_smi, parse_nvidia_smi, parse_rocm_smi, select
+from vfleet.detect import parse_amd_smi, parse_nvidia_smi, parse_rocm_smi, select
 from vfleet.errors import SelectError
+from vfleet.host import detect_host
 from vfleet.profiles import Catalog
 
 SMI = Path(__file__).parents[2] / "fixtures" / "smi"
@@ -101,17 +102,17 @@ def test_no_gpu_host_for_a_gpu_model(tools, capsys) -> None:  # type: ignore[no-
 def test_too_few_gpus(tools) -> None:  # type: ignore[no-untyped-def]
     tools(nvidia_smi="h200x2.nvidia-smi.csv")
     with pytest.raises(SelectError, match=r"profile glm-5\.3-flash/h200 needs 8 GPUs but this host has 2"):
-        select(Catalog(), "glm-5.3-flash")
+        select(Catalog(), "glm-5.3-flash", host=detect_host)
 
 
 def test_environment_overrides_detection(tools, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     tools(nvidia_smi="h200.nvidia-smi.csv")
     monkeypatch.setenv("VFLEET_PLATFORM", "b200")
-    assert select(Catalog(), "glm-5.3-flash").name == "glm-5.3-flash/b200"
+    assert select(Catalog(), "glm-5.3-flash", host=detect_host).name == "glm-5.3-flash/b200"
     monkeypatch.setenv("VFLEET_PROFILE", "kimi-k3/gb300")
-    assert select(Catalog(), "").name == "kimi-k3/gb300"
+    assert select(Catalog(), "", host=detect_host).name == "kimi-k3/gb300"
     with pytest.raises(SelectError, match=r"VFLEET_PROFILE=kimi-k3/gb300 is for model kimi-k3, not glm-5\.3-flash"):
-        select(Catalog(), "glm-5.3-flash")
+        select(Catalog(), "glm-5.3-flash", host=detect_host)
 
 
 def test_select_json(tools, capsys) -> None:  # type: ignore[no-untyped-def]
