@@ -63,7 +63,7 @@ def touched(patches: list[Patch]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Finding:
+class PatchFinding:
     """One hunk (or a whole file: hunk 0) of one patch that git does not apply."""
 
     patch: Patch
@@ -85,23 +85,23 @@ NO_MATCH = "does not match the tree exactly (git apply: no fuzz)"
 NOT_PRESENT = "its patched text is not in the tree (git apply -R does not undo it)"
 
 
-def findings(tree: Path, patch: Patch, *, reverse: bool = False) -> tuple[list[Finding], list[Finding]]:
+def findings(tree: Path, patch: Patch, *, reverse: bool = False) -> tuple[list[PatchFinding], list[PatchFinding]]:
     """For a patch that git refuses on tree as a whole: (hunks that fail, hunks that are already applied).
 
     reverse=True checks that the patch is present: a hunk that git cannot undo fails; none is 'already'."""
     fwd = gitapply.hunks(tree, patch.path, patch.files, reverse=reverse)
     back = {} if reverse else gitapply.hunks(tree, patch.path, patch.files, reverse=True)
-    fail: list[Finding] = []
-    done: list[Finding] = []
+    fail: list[PatchFinding] = []
+    done: list[PatchFinding] = []
     for rel, res in fwd.items():
         undo = back.get(rel)
         if res.error:
-            (done if undo is not None and undo.clean else fail).append(Finding(patch, rel, 0, "", res.error))
+            (done if undo is not None and undo.clean else fail).append(PatchFinding(patch, rel, 0, "", res.error))
         for num, header in sorted(res.rejected.items()):
             if undo is not None and (undo.clean or num in undo.applied):
-                done.append(Finding(patch, rel, num, header, "already applied"))
+                done.append(PatchFinding(patch, rel, num, header, "already applied"))
             else:
-                fail.append(Finding(patch, rel, num, header, NOT_PRESENT if reverse else NO_MATCH))
+                fail.append(PatchFinding(patch, rel, num, header, NOT_PRESENT if reverse else NO_MATCH))
     return fail, done
 
 
@@ -110,8 +110,8 @@ class Plan:
     """What git says about a series on a tree; an empty git_message means it applies."""
 
     git_message: str = ""
-    failures: list[Finding] = field(default_factory=list)
-    already: list[Finding] = field(default_factory=list)
+    failures: list[PatchFinding] = field(default_factory=list)
+    already: list[PatchFinding] = field(default_factory=list)
     fully_applied: bool = False  # the whole series reverse-applies: the tree is already patched
 
 
@@ -267,7 +267,7 @@ def verify(root: Path, base: str | None = None) -> list[str]:
     gitapply.ensure_outside_repository(root)
     backwards = list(reversed(patches))
     if gitapply.check(root, [p.path for p in backwards], reverse=True) is not None:
-        missing: list[Finding] = []
+        missing: list[PatchFinding] = []
         with gitapply.scratch(root, touched(patches)) as copy:
             for patch in backwards:
                 if gitapply.check(copy, [patch.path], reverse=True) is None:

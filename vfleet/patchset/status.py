@@ -26,7 +26,7 @@ from pathlib import Path
 from vfleet import paths, pins
 from vfleet.errors import VfleetError
 from vfleet.patchset import gitapply
-from vfleet.patchset.apply import Finding, findings, touched
+from vfleet.patchset.apply import PatchFinding, findings, touched
 from vfleet.patchset.fetch import default_dist, tree_dir
 from vfleet.patchset.series import Patch, load_series
 
@@ -66,10 +66,10 @@ def run_verified_by(tree: Path, nodeids: list[str]) -> dict[str, bool | None]:
     return result
 
 
-def _walk(tree: Path, patches: list[Patch], role: str) -> tuple[list[Row], list[tuple[Patch, list[Finding]]]]:
+def _walk(tree: Path, patches: list[Patch], role: str) -> tuple[list[Row], list[tuple[Patch, list[PatchFinding]]]]:
     """Each patch in order on a scratch copy of tree (those that apply are applied for the later ones)."""
     rows: list[Row] = []
-    pending: list[tuple[Patch, list[Finding]]] = []
+    pending: list[tuple[Patch, list[PatchFinding]]] = []
     with gitapply.scratch(tree, touched(patches)) as copy:
         for patch in patches:
             if gitapply.check(copy, [patch.path]) is None:
@@ -85,7 +85,7 @@ def _walk(tree: Path, patches: list[Patch], role: str) -> tuple[list[Row], list[
 
 
 def _judge_conflicts(
-    rows: list[Row], pending: list[tuple[Patch, list[Finding]]], verdicts: dict[str, bool | None]
+    rows: list[Row], pending: list[tuple[Patch, list[PatchFinding]]], verdicts: dict[str, bool | None]
 ) -> None:
     by_name = {p.name: (p, f) for p, f in pending}
     for row in rows:

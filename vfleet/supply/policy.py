@@ -192,7 +192,7 @@ def rules(home: Path, production: bool, policy: Path | None = None) -> Rules:
 
 
 @dataclass(frozen=True)
-class Finding:
+class VulnFinding:
     id: str
     package: str
     version: str
@@ -229,7 +229,7 @@ class Judgement:
         return dict(self.__dict__)
 
 
-def findings(report: dict[str, Any]) -> list[Finding]:
+def findings(report: dict[str, Any]) -> list[VulnFinding]:
     """Every known vulnerability of a report, one per (package, ID). The details (aliases, fixed versions,
     severity) are there for reports written since audit.py kept them; an older report has the IDs only."""
     out = []
@@ -239,7 +239,7 @@ def findings(report: dict[str, Any]) -> list[Finding]:
             d = details.get(str(vid), {})
             sev = str(d.get("severity") or "").lower()
             out.append(
-                Finding(
+                VulnFinding(
                     id=str(vid),
                     package=str(dep.get("name")),
                     version=str(dep.get("version")),
@@ -300,7 +300,7 @@ def judge(report: dict[str, Any], r: Rules, today: dt.date | None = None) -> Jud
     return j
 
 
-def _judge_finding(j: Judgement, f: Finding, r: Rules, today: dt.date) -> None:
+def _judge_finding(j: Judgement, f: VulnFinding, r: Rules, today: dt.date) -> None:
     names = {f.id, *f.aliases}
     entries = [a for a in r.allow if a.id in names]
     for a in entries:

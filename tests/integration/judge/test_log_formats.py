@@ -207,7 +207,7 @@ def _lines(text: str) -> list[tuple[Any, ...]]:
     return [(ln.no, ln.text, ln.level, ln.proc, ln.src, ln.msg, ln.kind) for ln in parse(text).lines]
 
 
-def _checks(text: str) -> dict[str, logcheck.Finding]:
+def _checks(text: str) -> dict[str, logcheck.LogFinding]:
     profile = Catalog().load("tiny/cpu")
     return {f.check: f for f in logcheck.all_checks(text, profile.verify, production=profile.production)}
 

@@ -44,7 +44,7 @@ FAULTS = {
 }
 
 
-def _results(name: str, verify: Verify = H200) -> dict[str, logcheck.Finding]:
+def _results(name: str, verify: Verify = H200) -> dict[str, logcheck.LogFinding]:
     return {f.check: f for f in logcheck.all_checks((LOGS / name).read_text(), verify)}
 
 

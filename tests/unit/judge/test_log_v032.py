@@ -27,7 +27,7 @@ def text() -> str:
     return LOG.read_text(errors="replace")
 
 
-def _checks(text: str, profile: Profile) -> dict[str, logcheck.Finding]:
+def _checks(text: str, profile: Profile) -> dict[str, logcheck.LogFinding]:
     return {f.check: f for f in logcheck.all_checks(text, profile.verify, production=profile.production)}
 
 

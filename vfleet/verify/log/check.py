@@ -1,6 +1,6 @@
 """Checks on a vLLM server log, as pure functions of the log text.
 
-Each check returns a `Finding`: ``ok`` (True, False, or None when the check does not apply to the
+Each check returns a `LogFinding`: ``ok`` (True, False, or None when the check does not apply to the
 profile, with the reason) and a message that says what was expected and what was seen. Lines are
 matched as families, so the wording of vLLM 0.26-0.34 (with or without the `(Proc pid=N)` prefix,
 `GPU`/`CPU` KV cache, the 0.30, 0.33 and 0.34 auto-fit texts) is all recognised. Where each line the
@@ -54,7 +54,7 @@ AUTOFIT_SETTLED_RE = re.compile(r"Auto-fit max_model_len: using max_model_len=([
 
 
 @dataclass(frozen=True)
-class Finding:
+class LogFinding:
     check: str
     ok: bool | None
     message: str
@@ -68,14 +68,14 @@ def _num(s: str) -> int:
     return int(s.replace(",", ""))
 
 
-def _closed(finding: Finding, log: ParsedLog) -> Finding:
+def _closed(finding: LogFinding, log: ParsedLog) -> LogFinding:
     """Fail closed: a check that would pass (or fail) on a log that could not be read fails and says why."""
     if log.readable or finding.ok is None:
         return finding
     why = "could not read the log, so this check cannot pass: " + "; ".join(log.problems)
     if finding.ok is False:
         why += f". The check also failed: {finding.message}"
-    return Finding(finding.check, False, why)
+    return LogFinding(finding.check, False, why)
 
 
 @dataclass
@@ -145,13 +145,13 @@ def describe_event(ev: Event) -> str:
     return out + "".join(f"; not excused ({note})" for note in ev.notes)
 
 
-def check_faults(log: str | ParsedLog, graphs_expected: bool = True) -> Finding:
+def check_faults(log: str | ParsedLog, graphs_expected: bool = True) -> LogFinding:
     parsed = as_log(log)
     scan = scan_faults(parsed, graphs_expected)
     if scan.denied:
         seen = [describe_event(ev) for ev in scan.denied]
         more = f"\n  (and {len(seen) - 8} more)" if len(seen) > 8 else ""
-        finding = Finding(
+        finding = LogFinding(
             "faults",
             False,
             "expected no fault: no ERROR/CRITICAL line, traceback or runtime fault line that the allow-list "
@@ -160,7 +160,7 @@ def check_faults(log: str | ParsedLog, graphs_expected: bool = True) -> Finding:
     else:
         excused = sorted({a.id for _, a in scan.allowed})
         note = f"; allowed: {', '.join(f'{a} x{sum(1 for _, x in scan.allowed if x.id == a)}' for a in excused)}"
-        finding = Finding(
+        finding = LogFinding(
             "faults",
             True,
             f"no fault in {len(parsed.lines)} lines ({len(FAMILY_IDS)} families checked"
@@ -175,47 +175,47 @@ def attention_backends(text: str | ParsedLog) -> list[str]:
     return sorted({m.group(1) for m in BACKEND_RE.finditer(as_log(text).plain)})
 
 
-def check_attention_backend(log: str | ParsedLog, verify: Verify, production: bool = True) -> Finding:
+def check_attention_backend(log: str | ParsedLog, verify: Verify, production: bool = True) -> LogFinding:
     parsed = as_log(log)
     return _closed(_attention_backend(parsed, verify, production), parsed)
 
 
-def _attention_backend(log: ParsedLog, verify: Verify, production: bool) -> Finding:
+def _attention_backend(log: ParsedLog, verify: Verify, production: bool) -> LogFinding:
     want = verify.attention_backend
     found = attention_backends(log)
     if not want:
         if not production:
-            return Finding("attention_backend", None, "the profile names no attention backend")
+            return LogFinding("attention_backend", None, "the profile names no attention backend")
         # A production profile must not pass without knowing what ran: any named backend will do,
         # and the report records which.
         if found:
-            return Finding(
+            return LogFinding(
                 "attention_backend", True, f"attention backend {', '.join(found)} in the log (the profile names none)"
             )
-        return Finding(
+        return LogFinding(
             "attention_backend",
             False,
             "expected a 'Using X backend' line naming the attention backend (the profile names no "
             "verify.attention_backend, so any backend is accepted, but the log must say which); saw none",
         )
     if want in found:
-        return Finding("attention_backend", True, f"attention backend {want} in the log")
+        return LogFinding("attention_backend", True, f"attention backend {want} in the log")
     seen = ", ".join(found) if found else "no 'Using ... backend' line"
-    return Finding("attention_backend", False, f"expected attention backend {want}; saw {seen}")
+    return LogFinding("attention_backend", False, f"expected attention backend {want}; saw {seen}")
 
 
-def check_graph_mode(log: str | ParsedLog, verify: Verify) -> Finding:
+def check_graph_mode(log: str | ParsedLog, verify: Verify) -> LogFinding:
     if not verify.graph_mode:
-        return Finding("graph_mode", None, "the profile does not expect graph mode (eager is waived for it)")
+        return LogFinding("graph_mode", None, "the profile does not expect graph mode (eager is waived for it)")
     parsed = as_log(log)
     models = graph_mode_per_model(parsed)
     bad = [m for m in models if not m.ok]
     if bad:
         what = "; ".join(f"{m.role} {m.name}: {m.seen}" for m in bad)
-        finding = Finding("graph_mode", False, f"expected graph mode for every model the server runs; saw {what}")
+        finding = LogFinding("graph_mode", False, f"expected graph mode for every model the server runs; saw {what}")
     else:
         what = "; ".join(f"{m.role} {m.name}: {m.seen}" for m in models)
-        finding = Finding("graph_mode", True, f"graph capture finished for every model ({what})")
+        finding = LogFinding("graph_mode", True, f"graph capture finished for every model ({what})")
     return _closed(finding, parsed)
 
 
@@ -224,16 +224,18 @@ def kv_tokens(text: str | ParsedLog) -> int | None:
     return min(found) if found else None
 
 
-def check_kv_tokens(log: str | ParsedLog, verify: Verify) -> Finding:
+def check_kv_tokens(log: str | ParsedLog, verify: Verify) -> LogFinding:
     parsed = as_log(log)
     tokens = kv_tokens(parsed)
     want = verify.min_kv_tokens
     if tokens is None:
-        finding = Finding("kv_tokens", False, f"expected a 'KV cache size: N tokens' line with N >= {want:,}; saw none")
+        finding = LogFinding(
+            "kv_tokens", False, f"expected a 'KV cache size: N tokens' line with N >= {want:,}; saw none"
+        )
     elif tokens < want:
-        finding = Finding("kv_tokens", False, f"expected KV cache >= {want:,} tokens; saw {tokens:,}")
+        finding = LogFinding("kv_tokens", False, f"expected KV cache >= {want:,} tokens; saw {tokens:,}")
     else:
-        finding = Finding("kv_tokens", True, f"KV cache {tokens:,} tokens >= {want:,}")
+        finding = LogFinding("kv_tokens", True, f"KV cache {tokens:,} tokens >= {want:,}")
     return _closed(finding, parsed)
 
 
@@ -249,7 +251,7 @@ def autofit_reductions(log: str | ParsedLog) -> list[tuple[int, int, bool]]:
     return found
 
 
-def check_autofit(log: str | ParsedLog) -> Finding:
+def check_autofit(log: str | ParsedLog) -> LogFinding:
     """No auto-fit reduction of max_model_len. The reduction reported runs from the first length asked
     for to the last one fitted (on 0.34 a tentative fit can be cut again after warm-up). A tentative
     fit with no later final line fails closed: the length the server runs is not in the log."""
@@ -262,13 +264,13 @@ def check_autofit(log: str | ParsedLog) -> Finding:
     if cuts:
         first, last = cuts[0], cuts[-1]
         when = " after CUDA graph capture and warm-up" if last[2] else ""
-        finding = Finding(
+        finding = LogFinding(
             "autofit",
             False,
             f"expected no auto-fit reduction; saw max_model_len reduced from {first[0]:,} to {last[1]:,}{when}",
         )
     elif tentative is not None and not settled:
-        finding = Finding(
+        finding = LogFinding(
             "autofit",
             False,
             f"expected the final max_model_len after a tentative auto-fit (line {tentative.no}: vLLM fits it "
@@ -276,7 +278,7 @@ def check_autofit(log: str | ParsedLog) -> Finding:
             "ruled out",
         )
     else:
-        finding = Finding("autofit", True, "no auto-fit reduction")
+        finding = LogFinding("autofit", True, "no auto-fit reduction")
     return _closed(finding, parsed)
 
 
@@ -294,12 +296,12 @@ def _no_figures(log: ParsedLog, verify: Verify) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class LogCheck:
-    """One log check: its name (Finding.check, the test id `test_log[NAME]` and the report's key), how
+    """One log check: its name (LogFinding.check, the test id `test_log[NAME]` and the report's key), how
     it runs on a parsed log (the profile's verify section, whether the profile is production), and the
     figures it adds to the report (figures.json), whatever its outcome."""
 
     name: str
-    run: Callable[[ParsedLog, Verify, bool], Finding]
+    run: Callable[[ParsedLog, Verify, bool], LogFinding]
     figures: Callable[[ParsedLog, Verify], dict[str, Any]] = _no_figures
 
 
@@ -335,6 +337,6 @@ REGISTRY: tuple[LogCheck, ...] = (
 )
 
 
-def all_checks(text: str, verify: Verify, production: bool = True) -> list[Finding]:
+def all_checks(text: str, verify: Verify, production: bool = True) -> list[LogFinding]:
     log = parse(text)
     return [c.run(log, verify, production) for c in REGISTRY]
