@@ -1,5 +1,5 @@
 """What this host's GPUs are, read from what amd-smi, rocm-smi and nvidia-smi print, and the profile that
-fits them. Plain data and the code that reads it: the tools themselves are run by vfleet.host.detect_host."""
+fits them. Plain data and the code that reads it: the tools themselves are run by vfleet.gpus.detect_host."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def platform_matches(platform: Platform, host: HostInfo) -> bool:
 def select(
     catalog: Catalog, model: str, host: HostInfo | Callable[[], HostInfo], env: dict[str, str] | None = None
 ) -> Profile:
-    """The profile of ``model`` for HOST: the host, or how to find it (vfleet.host.detect_host), asked only when
+    """The profile of ``model`` for HOST: the host, or how to find it (vfleet.gpus.detect_host), asked only when
     neither VFLEET_PROFILE nor VFLEET_PLATFORM in ``env`` names the platform."""
     env = dict(os.environ) if env is None else env
     given = settings.load(env)

@@ -1,7 +1,7 @@
 """What vfleet asks of the machine it runs on: a lock that one vfleet process holds at a time (two test
-lanes, or an operator's two terminals, build the same base or install the same package), a Debian
+lanes, or an operator's two terminals, build the same base or install the same package), and a Debian
 package it lacks, installed with apt-get when this is root (docker.io, debootstrap, prometheus,
-chromium), and its GPUs as amd-smi, rocm-smi or nvidia-smi report them (read by vfleet.detect).
+chromium).
 
 Both exist because two callers met on a fresh machine: the e2e lanes each ran `apt-get install
 debootstrap` at once, and the second failed on dpkg's lock ("Could not get lock /var/lib/dpkg/
@@ -19,11 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from vfleet.detect import HostInfo, parse_amd_smi, parse_nvidia_smi, parse_rocm_smi
 from vfleet.errors import VfleetError
-
-#: Runs a detection tool: its output, or None when it is absent or fails.
-Runner = Callable[[list[str]], str | None]
 
 LOCK_DIR = Path("/tmp")
 #: How long apt-get waits for another apt's lock before it gives up (seconds).
@@ -78,30 +74,3 @@ def ensure_binary(
     if found is None:
         raise error(f"{' '.join(packages)} is installed, but {binary} is not on PATH")
     return found
-
-
-def run_tool(argv: list[str]) -> str | None:
-    """Run a detection tool; None when it is absent or fails."""
-    if shutil.which(argv[0]) is None:
-        return None
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
-
-
-def detect_host(runner: Runner = run_tool) -> HostInfo:
-    """Ask amd-smi, then rocm-smi, then nvidia-smi. A host with none of them is a CPU host."""
-    probes: list[tuple[list[str], Callable[[str], HostInfo | None]]] = [
-        (["amd-smi", "static", "--asic", "--json"], parse_amd_smi),
-        (["rocm-smi", "--showproductname", "--json"], parse_rocm_smi),
-        (["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"], parse_nvidia_smi),
-    ]
-    for argv, parse in probes:
-        out = runner(argv)
-        if out:
-            info = parse(out)
-            if info is not None:
-                return info
-    return HostInfo("cpu", os.uname().machine, [], "amd-smi, rocm-smi, nvidia-smi: none found")

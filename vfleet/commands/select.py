@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from vfleet.detect import select
-from vfleet.host import detect_host
+from vfleet.gpus import detect_host
 from vfleet.profiles import Catalog
 
 

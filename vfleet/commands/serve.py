@@ -28,7 +28,7 @@ from typing import Any
 from vfleet import settings
 from vfleet.detect import select
 from vfleet.errors import VfleetError
-from vfleet.host import detect_host
+from vfleet.gpus import detect_host
 from vfleet.paths import profiles_digest
 from vfleet.profiles import Catalog, Profile
 from vfleet.render import PROFILES_DIGEST_ENV

@@ -16,7 +16,7 @@ import pytest
 from vfleet.cli import main
 from vfleet.detect import parse_amd_smi, parse_nvidia_smi, parse_rocm_smi, select
 from vfleet.errors import SelectError
-from vfleet.host import detect_host
+from vfleet.gpus import detect_host
 from vfleet.profiles import Catalog
 
 SMI = Path(__file__).parents[2] / "fixtures" / "smi"
