@@ -1,7 +1,7 @@
-"""The core floor is plain data and the code that reads it (docs/architecture.md): no module of it starts a
-process. The modules that ask the machine (vfleet.host: its lock and packages; vfleet.gpus: its GPU tools) or a
-vLLM tree in a child Python (vfleet.vllm_tree) sit on the build floor. The core's modules are read from the floors contract
-in pyproject.toml, so a module added to the core is held to this too."""
+"""The core floor is plain data and the code that reads it (docs/architecture.md): no module of it starts a process.
+The modules that ask the machine (vfleet.host: its lock and packages; vfleet.gpus: its GPU tools) or a vLLM tree in
+a child Python (vfleet.vllm_tree) sit on the build floor. The core's modules are read from the floors contract in
+pyproject.toml, so a module added to the core is held to this too."""
 
 from __future__ import annotations
 
