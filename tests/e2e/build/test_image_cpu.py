@@ -157,7 +157,7 @@ def test_serves_the_tiny_model_behind_the_api_key(server: dict[str, Any]) -> Non
 def test_runs_with_the_patch_set_applied(server: dict[str, Any]) -> None:
     name = server["name"]
     probe = (
-        "import json; from vfleet.commands.serve import patch_manifest, patch_names; "
+        "import json; from vfleet.preflight import patch_manifest, patch_names; "
         "p, m = patch_manifest(); print(json.dumps({'path': str(p), 'names': patch_names(m or {})}))"
     )
     got = json.loads(dk("exec", name, "python3", "-c", probe).stdout)

@@ -78,7 +78,7 @@ def test_gpu_image_builds_on_the_standin(base_standin: tuple[str, str], context:
         manifest = json.loads(
             dk("run", "--rm", "--entrypoint", "cat", ref, f"{SITE}/vllm/vfleet_patch_manifest.json").stdout
         )
-        from vfleet.commands.serve import patch_names
+        from vfleet.preflight import patch_names
 
         listed = {stem(n) for n in patch_names(manifest)}
         assert manifest["base_version"] == base

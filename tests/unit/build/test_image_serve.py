@@ -197,9 +197,10 @@ def test_the_profiles_base_must_be_the_patched_one(
 ) -> None:
     """Injected fault: the venv's vLLM is unpatched, so a manifest of a 0.34.0 image stands in for the
     real one (tests/e2e/build/test_image_gpu.py checks that a built image's manifest and VFLEET_VLLM_BASE agree)."""
-    from vfleet.commands import serve
+    from vfleet import preflight
 
-    monkeypatch.setattr(serve, "patch_manifest", lambda: (Path("/x/vfleet_patch_manifest.json"), {"base_version": "0.34.0"}))
+    manifest = (Path("/x/vfleet_patch_manifest.json"), {"base_version": "0.34.0"})
+    monkeypatch.setattr(preflight, "patch_manifest", lambda: manifest)
     monkeypatch.setenv("VLLM_API_KEY", KEY)
     if env_base:
         monkeypatch.setenv("VFLEET_VLLM_BASE", env_base)
