@@ -22,7 +22,7 @@ from conftest import REPO
 from support.browser import Browser, Rendered, browser
 from support.supply import make_key
 
-from vfleet.commands.fleet import _recheck
+from vfleet.fleet.run import recheck as fleet_recheck
 from vfleet.pages import fleet_html, html, report_html
 from vfleet.verify.record import attestation, report
 from vfleet.verify.record.model import CheckResult, Report
@@ -73,7 +73,7 @@ def sign_report(out: Path, keys: Path) -> Path:
 
 def recheck(tmp_path: Path) -> fleet_html.Recheck:
     """The recheck `vfleet fleet status --html --trusted-key verify=PUB` hands the page."""
-    return _recheck([f"verify={tmp_path / 'keys' / 'verify.pub'}"])
+    return fleet_recheck([f"verify={tmp_path / 'keys' / 'verify.pub'}"])
 
 
 def verdict_of(r: Rendered) -> tuple[str, str]:
