@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from vfleet.dockerd import DockerError, docker
+from vfleet.imageref import parse as parse_ref
 from vfleet.supply.registry import HUB_NAMES, INSECURE_HOW, Session, insecure, is_tls_error, tls_failure
 from vfleet.supply.store import SupplyError, hex_of
 
@@ -43,17 +44,12 @@ class Identity:
 
 
 def split_ref(ref: str) -> tuple[str, str, str, str]:
-    """(registry host or "", repository path, tag or "", digest or "") of a reference."""
-    rest, _, digest = ref.partition("@")
-    first, slash, _ = rest.partition("/")
-    host = first if slash and ("." in first or ":" in first or first == "localhost") else ""
-    path = rest[len(host) + 1 :] if host else rest
-    tag = ""
-    if ":" in path.rsplit("/", 1)[-1]:
-        path, tag = path.rsplit(":", 1)
-    if not path:
+    """(registry host or "", repository path, tag or "latest" or "", digest or "") of a reference
+    (vfleet.imageref.parse); a reference that names no repository is refused."""
+    r = parse_ref(ref)
+    if not r.path:
         raise SupplyError(f"{ref!r} is not an image reference (REPO[:TAG] or HOST/REPO[:TAG|@sha256:D])")
-    return host, path, tag or ("" if digest else "latest"), digest
+    return r.host, r.path, r.tag_or_latest, r.digest or ""
 
 
 def _registry_get(host: str, path: str, reference: str) -> tuple[str, dict[str, Any]]:

@@ -39,12 +39,12 @@ from typing import TYPE_CHECKING, Any
 from vfleet import __version__, settings
 from vfleet.digests import tree_digest
 from vfleet.errors import VfleetError
+from vfleet.imageref import parse as parse_ref
 from vfleet.paths import profiles_digest as checkout_profiles
 from vfleet.paths import suite_dir
 from vfleet.supply import statements
 from vfleet.supply.statements import STATEMENT_TYPE, TIME_FORMAT, VERIFY, Keyring
 from vfleet.supply.store import SupplyError, hex_of
-from vfleet.verify.record.image import split_ref
 from vfleet.verify.record.model import Report, verdict_problems
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def statement(rep: Report, report_sha256: str, profiles_digest: str, verified_at
             "attest: verify with --container NAME (or --image REPO@sha256:D)"
         )
     named = rep.image.ref or next(iter(rep.image.repo_digests), "")
-    repo = split_ref(named)[0]
+    repo = parse_ref(named).repo
     problems = _verdict(rep)
     weights = rep.figures.weights or {}
     return {

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vfleet.errors import VfleetError
+from vfleet.imageref import parse as parse_ref
 from vfleet.supply.identity import no_registry_message, registry_manifest_digest
-from vfleet.supply.identity import split_ref as split_registry_ref
 from vfleet.supply.store import SupplyError
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -50,17 +50,6 @@ class ImageRecord:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def split_ref(ref: str) -> tuple[str, str | None, str | None]:
-    """(repository, tag, digest) of an image reference: `repo[:tag][@sha256:D]`."""
-    name, _, digest = ref.partition("@")
-    repo, tag = name, None
-    slash = name.rfind("/")
-    colon = name.rfind(":")
-    if colon > slash:
-        repo, tag = name[:colon], name[colon + 1 :]
-    return repo, tag or None, digest or None
 
 
 def familiar(repo: str) -> str:
@@ -133,7 +122,8 @@ def choose_digest(digests: list[str], ref: str | None) -> tuple[str | None, str]
             "registry, so no registry digest names it; push it and run the node from REPO@sha256:DIGEST"
         )
     if ref is not None:
-        repo, _, pinned = split_ref(ref)
+        parsed = parse_ref(ref)
+        repo, pinned = parsed.repo, parsed.digest
         if pinned and pinned in {_digest_of(e) for e in digests}:
             return pinned, f"{ref} names it"
         mine = digests_for_repo(digests, repo)
@@ -171,7 +161,7 @@ def from_container(
     digests = repo_digests(img)
     all_digests = {_digest_of(e) for e in digests}
     if operator_ref:
-        _, _, pinned = split_ref(operator_ref)
+        pinned = parse_ref(operator_ref).digest
         if pinned:
             if pinned not in all_digests:
                 seen = ", ".join(digests) if digests else "none: never pushed or pulled"
@@ -209,7 +199,7 @@ def from_container(
 def from_reference(ref: str, docker_host: str | None = None) -> ImageRecord:
     """The image an operator names, without a container: REPO@sha256:D as given, else a tag resolved
     by docker. Never an error: an unresolvable reference is recorded with digest None and the reason."""
-    _, _, pinned = split_ref(ref)
+    pinned = parse_ref(ref).digest
     if pinned:
         if not DIGEST_RE.match(pinned):
             raise VfleetError(f"--image {ref}: {pinned!r} is not a sha256:<64 hex> digest")
@@ -218,14 +208,14 @@ def from_reference(ref: str, docker_host: str | None = None) -> ImageRecord:
     if info is None:
         return ImageRecord(ref=ref, source=SOURCE_TAG, reason=f"{why}; pass REPO@sha256:DIGEST or --container NAME")
     digests = repo_digests(info)
-    mine = digests_for_repo(digests, split_ref(ref)[0])
+    mine = digests_for_repo(digests, parse_ref(ref).repo)
     if len(mine) == 1:
-        digest, reason = mine[0], f"RepoDigests entry of {familiar(split_ref(ref)[0])} ({_where(docker_host)})"
+        digest, reason = mine[0], f"RepoDigests entry of {familiar(parse_ref(ref).repo)} ({_where(docker_host)})"
     elif not mine:
         digest, reason = (
             None,
             (
-                f"{ref} (image {info.get('Id')}) has no RepoDigests entry for {familiar(split_ref(ref)[0])}: it was "
+                f"{ref} (image {info.get('Id')}) has no RepoDigests entry for {familiar(parse_ref(ref).repo)}: it was "
                 "never pushed to or pulled from that repository; push it and pass REPO@sha256:DIGEST"
             ),
         )
@@ -247,7 +237,8 @@ def registry_digest(ref: str) -> str:
             f"{ref}: a bare sha256 is ambiguous (a local image ID is not a registry digest); promote REPO@sha256:DIGEST"
         )
     try:
-        host, _, _, pinned = split_registry_ref(ref)
+        parsed = parse_ref(ref)
+        host, pinned = parsed.host, parsed.digest
         if not host:
             raise SupplyError(no_registry_message(ref))
         if pinned:
