@@ -22,11 +22,9 @@ VFLEET_TRUSTED_KEYS_DEPLOY (the keys of other controllers of the fleet).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,34 +47,13 @@ def key_path() -> Path:
     return given.expanduser() if given else reports_dir() / "keys" / "deploy-record.pem"
 
 
-def _create_key(path: Path) -> None:
-    """A new ed25519 key at PATH, mode 0600; a key another process made first is kept (os.link does not
-    replace)."""
-    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: PLC0415
-
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    pem = Ed25519PrivateKey.generate().private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(pem)
-        with contextlib.suppress(FileExistsError):
-            os.link(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def controller_signer(create: bool) -> CryptoSigner | None:
     """The controller's deploy-record key (made when CREATE and there is none), or None."""
     path = key_path()
     if not path.is_file():
         if not create:
             return None
-        _create_key(path)
+        statements.create_private_key(path)
     return statements.load_private_key(path)
 
 

@@ -24,6 +24,7 @@ so that the role table and its constants load anywhere.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -191,6 +192,27 @@ def load_private_key(path: Path) -> CryptoSigner:
     if not isinstance(key, Ed25519PrivateKey):
         raise SupplyError(f"signing key {path} is not an ed25519 key (`openssl genpkey -algorithm ed25519`)")
     return CryptoSigner(key, SSlibKey.from_crypto(key.public_key()))
+
+
+def create_private_key(path: Path) -> None:
+    """A new ed25519 key at PATH (PEM, mode 0600, its directory 0700); a key another process made first is
+    kept (os.link does not replace)."""
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: PLC0415
+
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    pem = Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(pem)
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load_public_key(path: Path) -> Key:
