@@ -35,11 +35,12 @@ def crypto_imports(root: Path) -> list[str]:
         tree = ast.parse(path.read_text())
         typing_only = _type_checking_lines(tree)
         for node in ast.walk(tree):
-            names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
+            else:
+                continue
             hits = [n for n in names if n.split(".")[0] in CRYPTO]
             if hits and node.lineno not in typing_only:
                 found += [f"{rel}:{node.lineno} {n}" for n in hits]
