@@ -135,7 +135,7 @@ LANES: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 #: The files of a stage that run in one process after its lanes, with the machine to themselves.
 ALONE: dict[str, tuple[str, ...]] = {
-    "integration": ("tests/integration/judge/test_answers_gate.py", "tests/integration/judge/test_ab.py"),
+    "integration": ("tests/integration/judge/test_answers_gate_live.py", "tests/integration/judge/test_ab.py"),
     "e2e": ("tests/e2e/cli/test_demo_image.py", "tests/e2e/cli/test_newcomer.py"),
 }
 #: Seconds between the progress lines of lanes that run side by side.

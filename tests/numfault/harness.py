@@ -1,5 +1,5 @@
 """Boot smollm2-135m/cpu (with the numerics-fault plugin, or plain) and run the answers gate's two records
-against it: used by tests/integration/judge/test_answers_gate.py (short) and the benchmarks
+against it: used by tests/integration/judge/test_answers_gate_live.py (short) and the benchmarks
 bench_answers_stable.py, bench_answers_aa.py and bench_numerics_faults.py (the sweeps).
 
 One server per boot; the fault is a file the plugin reads before every model step, so a clean run and the

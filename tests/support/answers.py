@@ -1,7 +1,7 @@
 """A boot-verify answers run made up for tests of other gates (promotion, rollback, the fleet page) whose
 profile sets verify.answers: every item answered with its own answer (all right), the reference text's
 log-probabilities all -1 over made-up tokens. Two such runs are identical (an A/A). The gate itself is tested
-on a real server (tests/integration/judge/test_answers_gate.py)."""
+on a real server (tests/integration/judge/test_answers_gate_live.py)."""
 
 from __future__ import annotations
 

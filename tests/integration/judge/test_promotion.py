@@ -551,7 +551,7 @@ PROD = "glm-5.3-flash/h200"
 @pytest.fixture
 def drift_allowed(config_tree: Any) -> None:
     """PROD's answers gate with a drift allowance, so that a second promotion is judged on what these tests
-    are about (the answers gate itself: tests/integration/judge/test_answers_gate.py)."""
+    are about (the answers gate itself: tests/integration/judge/test_answers_gate_live.py)."""
     allow_drift(config_tree, PROD.split("/")[0])
 
 

@@ -3,7 +3,7 @@
 Why the tiny random model here, not the real one the demo serves (smollm2-135m): these tests boot several
 servers and run the suite many times, and the tiny model boots and answers several times faster on two
 cores; the corruption cases need its knife-edge answers. The real model's path through boot-verify and
-promotion is tests/integration/judge/test_answers_gate.py.
+promotion is tests/integration/judge/test_answers_gate_live.py.
 
 One healthy server for the whole module (started once: free port, bounded health wait, early-exit
 detection, process-group kill), one misconfigured server (prefix caching off and another

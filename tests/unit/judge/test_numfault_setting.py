@@ -1,5 +1,5 @@
 """The numerics-fault plugin's setting parser and arithmetic (tests/numfault/vfleet_numfault.py), without a
-server: what tests/integration/judge/test_answers_gate.py and benchmarks/bench_numerics_faults.py write into its
+server: what tests/integration/judge/test_answers_gate_live.py and benchmarks/bench_numerics_faults.py write into its
 control file must mean what they say, and a bad setting must name the key and the fix."""
 
 from __future__ import annotations
