@@ -38,3 +38,24 @@ def test_an_import_of_a_test_module_is_named(tmp_path: Path) -> None:
     (tmp_path / "test_b.py").write_text("def test_x():\n    from test_a import KEY\n")
     (tmp_path / "test_c.py").write_text("import test_b\n")
     assert cross_imports(tmp_path) == ["test_b.py imports test_a", "test_c.py imports test_b"]
+
+
+def shared_basenames(root: Path) -> dict[str, list[str]]:
+    """Test module names that more than one file under ROOT carries, with the files: with the tiers' folders
+    on pytest's path (pyproject.toml), one session over two tiers cannot collect both."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(root)))
+    return {name: files for name, files in seen.items() if len(files) > 1}
+
+
+def test_each_test_module_name_is_used_once() -> None:
+    assert shared_basenames(REPO / "tests") == {}, "rename one of each pair"
+
+
+def test_a_name_used_twice_is_named(tmp_path: Path) -> None:
+    for tier in ("unit", "integration"):
+        (tmp_path / tier).mkdir()
+        (tmp_path / tier / "test_same.py").write_text("")
+    (tmp_path / "unit" / "test_other.py").write_text("")
+    assert shared_basenames(tmp_path) == {"test_same.py": ["integration/test_same.py", "unit/test_same.py"]}
