@@ -33,7 +33,8 @@ def main() -> None:
         walls = []
         try:
             for i in range(args.runs):
-                res = runner.run(server.url, "tiny/cpu", Path(tmp) / f"run{i}", log=server.log_path, on_line=None)
+                req = runner.VerifyRequest(server.url, "tiny/cpu", Path(tmp) / f"run{i}", log=server.log_path)
+                res = runner.run(req, on_line=None)
                 rep = res.report
                 integ = rep["figures"].get("integrity", {})
                 load = {r["concurrency"]: r for r in rep["figures"].get("load", [])}

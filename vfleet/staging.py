@@ -108,13 +108,10 @@ def stage(
             os.environ["VLLM_API_KEY"] = srv.api_key  # as an operator has it; never on a command line
             try:
                 res = runner.run(
-                    url=srv.url,
-                    profile=profile,
-                    out=out,
-                    container=srv.name,
-                    image=c.image,
+                    runner.VerifyRequest(
+                        url=srv.url, profile=profile, out=out, container=srv.name, image=c.image, sign_key=sign_key
+                    ),
                     on_line=None,
-                    sign_key=sign_key,
                 )
             finally:
                 if saved is None:

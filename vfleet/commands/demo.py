@@ -85,14 +85,15 @@ def run(args: argparse.Namespace) -> int:
             if isinstance(server, ContainerServer):
                 # The container's key, as an operator has it: VLLM_API_KEY in the environment.
                 os.environ["VLLM_API_KEY"] = server.api_key
-                res = runner.run(
-                    url=server.url, profile=PROFILE, out=out, container=server.name, image=image, on_line=note,
-                    sign_key=sign_key,
-                )  # fmt: skip
-            else:
-                res = runner.run(
-                    url=server.url, profile=PROFILE, out=out, log=server.log_path, on_line=note, sign_key=sign_key
+                req = runner.VerifyRequest(
+                    url=server.url, profile=PROFILE, out=out, container=server.name, image=image, sign_key=sign_key
                 )
+                res = runner.run(req, on_line=note)
+            else:
+                req = runner.VerifyRequest(
+                    url=server.url, profile=PROFILE, out=out, log=server.log_path, sign_key=sign_key
+                )
+                res = runner.run(req, on_line=note)
     finally:
         with step("stop the server"):
             log_path = (

@@ -68,7 +68,7 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     out = args.out or runner.default_out(args.profile)
-    res = runner.run(
+    req = runner.VerifyRequest(
         url=args.url,
         profile=args.profile,
         out=out,
@@ -81,11 +81,14 @@ def run(args: argparse.Namespace) -> int:
         image=args.image,
         select=args.select,
         sign_key=attestation.sign_key_path(args.sign_key),
-        warning_baseline=lambda digest: baseline.warning_baseline(
+    )
+    against = runner.Baselines(
+        warnings=lambda digest: baseline.warning_baseline(
             args.profile, promotion.default_registry(), digest, keys=None
         ),
-        answers_baseline=lambda digest: baseline.answers_listing(args.profile, promotion.default_registry(), digest),
+        answers=lambda digest: baseline.answers_listing(args.profile, promotion.default_registry(), digest),
     )
+    res = runner.run(req, baselines=against)
     print(summary(res.report, res.out))
     print(signed_line(res))
     return res.rc

@@ -164,10 +164,14 @@ def test_two_runs_in_one_process_are_independent(
     to pytest-output.txt, and none of the suite's modules stay imported."""
     monkeypatch.setenv("VF_TEST_KEY", API_KEY)
     ours = sys.modules["conftest"]
-    first = runner.run(healthy.url, PROFILE, tmp_path / "a", api_key_env="VF_TEST_KEY", select="models", on_line=None)
+    request = runner.VerifyRequest
+    first = runner.run(
+        request(healthy.url, PROFILE, tmp_path / "a", api_key_env="VF_TEST_KEY", select="models"), on_line=None
+    )
     lines: list[str] = []
     second = runner.run(
-        healthy.url, PROFILE, tmp_path / "b", api_key_env="VF_TEST_KEY", select="test_version", on_line=lines.append
+        request(healthy.url, PROFILE, tmp_path / "b", api_key_env="VF_TEST_KEY", select="test_version"),
+        on_line=lines.append,
     )
     assert first.rc == 0 and [c.name for c in first.report.checks] == ["test_models"], first.report.checks
     assert second.rc == 0 and [c.name for c in second.report.checks] == ["test_version"], second.report.checks

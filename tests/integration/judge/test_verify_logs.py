@@ -119,7 +119,9 @@ def _suite_log_checks(profile: str, log: Path, out: Path) -> tuple[runner.Verify
     """The real smoke_tests/test_6_log.py (`-k test_log`) as `vfleet verify` runs it, on a recorded log: the
     URL points nowhere, and the log checks do not touch the server. Returns the result and pytest's lines."""
     lines: list[str] = []
-    res = runner.run("http://127.0.0.1:9", profile, out, log=log, select="test_log", on_line=lines.append)
+    res = runner.run(
+        runner.VerifyRequest("http://127.0.0.1:9", profile, out, log=log, select="test_log"), on_line=lines.append
+    )
     return res, lines
 
 
