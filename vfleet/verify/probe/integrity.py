@@ -169,7 +169,27 @@ def plan_fillers(pool_tokens: int, block: int, max_model_len: int, spec: Integri
     return target, count
 
 
-def integrity_probe(client: Client, spec: IntegritySpec, max_model_len: int, tag: str) -> IntegrityResult:
+@dataclass(frozen=True)
+class _Plan:
+    """What one probe run asks, sized from the server's KV pool before any request is sent."""
+
+    blocks: int
+    block: int
+    prompt: str
+    prompt_tokens: int
+    questions: list[str]
+    filler_body: str
+    filler_tokens: int
+    fillers: int
+
+    @property
+    def pool_tokens(self) -> int:
+        return self.blocks * self.block
+
+
+def plan(client: Client, spec: IntegritySpec, max_model_len: int, tag: str) -> _Plan:
+    """The cached prompt, its questions and the fillers that cycle the pool around it (ProbeSetupError where
+    the spec cannot be run on this server: the prompt does not fit, or too many fillers are needed)."""
     blocks, block = client.metrics().cache_pool()
     pool_tokens = blocks * block
     rng = random.Random(tag)
@@ -185,71 +205,88 @@ def integrity_probe(client: Client, spec: IntegritySpec, max_model_len: int, tag
         f"\nQuestion {q}: which owner and value does entry {rng.randrange(50):04d} have?\nAnswer:"
         for q in range(spec.questions)
     ]
-
     filler_target, _ = plan_fillers(pool_tokens, block, max_model_len, spec)
     fbase = random.Random(f"{tag}-filler")
     filler_body, _ = fit_tokens(client, lambda k: registry_text(rng_copy(fbase), k), filler_target - 24)
     filler_tokens = client.count_tokens(f"[filler {tag} 0 {uuid.uuid4().hex}]\n" + filler_body)
     fillers = math.ceil(math.ceil(spec.pool_cycles * pool_tokens) / filler_tokens)
     _check_count(fillers, filler_tokens, pool_tokens, spec)
+    return _Plan(blocks, block, prompt, prompt_tokens, questions, filler_body, filler_tokens, fillers)
 
-    def ask(q: str, salt: str | None = None) -> str:
-        extra: dict[str, Any] = {"ignore_eos": True}
-        if salt is not None:
-            extra["cache_salt"] = salt
-        return str(client.complete(prompt + q, max_tokens=spec.answer_tokens, **extra)["text"])
 
-    def ask_computed(q: str, salt: str | None = None) -> Answer:
-        """Ask with the logprobs of the top alternatives and token ids, measuring this request's
-        prefix-cache hits (the probe's requests run one at a time here)."""
+@dataclass
+class _Asker:
+    """The probe's requests for one plan, and the hit sources its measured answers reported."""
+
+    client: Client
+    spec: IntegritySpec
+    plan: _Plan
+    tag: str
+    sources: set[str] = field(default_factory=set)
+
+    def ask(self, q: str) -> str:
+        """The cached prompt and question Q, no measurement (what keeps the prompt cached)."""
+        out = self.client.complete(self.plan.prompt + q, max_tokens=self.spec.answer_tokens, ignore_eos=True)
+        return str(out["text"])
+
+    def computed(self, q: str, salt: str | None = None) -> Answer:
+        """Ask with the logprobs of the top alternatives and token ids, measuring this request's prefix-cache
+        hits (the probe's requests run one at a time here)."""
         extra: dict[str, Any] = {
             "ignore_eos": True,
-            "logprobs": spec.top_logprobs,
+            "logprobs": self.spec.top_logprobs,
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
         }
         if salt is not None:
             extra["cache_salt"] = salt
-        _, h0 = prefix_hits(client.metrics())
-        choice = client.complete(prompt + q, max_tokens=spec.answer_tokens, **extra)
-        _, h1 = prefix_hits(client.metrics())
-        return parse_answer(choice, h1 - h0)
+        _, h0 = prefix_hits(self.client.metrics())
+        choice = self.client.complete(self.plan.prompt + q, max_tokens=self.spec.answer_tokens, **extra)
+        _, h1 = prefix_hits(self.client.metrics())
+        answer = parse_answer(choice, h1 - h0)
+        self.sources.add(answer.hit_source)
+        return answer
 
-    # 1. cache the prompt
-    for q in questions:
-        ask(q)
+    def salted(self, i: int, label: str) -> Answer:
+        """Question I on fresh blocks: a unique cache_salt."""
+        return self.computed(self.plan.questions[i], salt=f"vf-{self.tag}-{i}-{label}-{uuid.uuid4().hex[:12]}")
 
-    # 2. cycle the pool around it; the unique leading tag means no filler shares a block with another
+
+def cache_and_cycle(asker: _Asker) -> None:
+    """Steps 1 and 2: cache the prompt (each question once), then cycle the pool around it with fillers whose
+    unique leading tag shares no block with another, touching the prompt between batches as a system prompt
+    is touched."""
+    p, client, tag = asker.plan, asker.client, asker.tag
+    for q in p.questions:
+        asker.ask(q)
+
     def filler(i: int) -> None:
-        client.complete(f"[filler {tag} {i} {uuid.uuid4().hex}]\n" + filler_body, max_tokens=1)
+        client.complete(f"[filler {tag} {i} {uuid.uuid4().hex}]\n" + p.filler_body, max_tokens=1)
 
-    width = max(1, min(4, blocks // max(1, 2 * math.ceil(filler_tokens / block))))
+    width = max(1, min(4, p.blocks // max(1, 2 * math.ceil(p.filler_tokens / p.block))))
     done = 0
     with ThreadPoolExecutor(max_workers=width) as pool:
-        while done < fillers:
-            batch = list(range(done, min(fillers, done + width)))
+        while done < p.fillers:
+            batch = list(range(done, min(p.fillers, done + width)))
             list(pool.map(filler, batch))
             done += len(batch)
-            ask(questions[done % len(questions)])  # keep the prompt hot, as a system prompt is
-    # 3. each question: a salted answer (fresh blocks), the cached one, a second salted one, one at a time
-    prompt_ids = client.tokenize(prompt)
-    hits: list[dict[str, Any]] = []
-    sources: set[str] = set()
+            asker.ask(p.questions[done % len(p.questions)])
+
+
+def compare_once(asker: _Asker) -> tuple[list[tuple[Answer, list[Answer]]], list[dict[str, Any]]]:
+    """Step 3: each question a salted answer (fresh blocks), the cached one and a second salted one, one at a
+    time; returns (cached answer, salted answers) per question and what each request hit."""
+    p = asker.plan
+    prompt_ids = asker.client.tokenize(p.prompt)
     asked: list[tuple[Answer, list[Answer]]] = []
-
-    def salted_pair(i: int, r: int) -> list[Answer]:
-        pair = [ask_computed(questions[i], salt=f"vf-{tag}-{i}-{r}{x}-{uuid.uuid4().hex[:12]}") for x in "ab"]
-        sources.update(a.hit_source for a in pair)
-        return pair
-
-    for i, q in enumerate(questions):
-        salted_a = ask_computed(q, salt=f"vf-{tag}-{i}-0a-{uuid.uuid4().hex[:12]}")
-        cached = ask_computed(q)
-        salted_b = ask_computed(q, salt=f"vf-{tag}-{i}-0b-{uuid.uuid4().hex[:12]}")
+    hits: list[dict[str, Any]] = []
+    for i, q in enumerate(p.questions):
+        salted_a = asker.salted(i, "0a")
+        cached = asker.computed(q)
+        salted_b = asker.salted(i, "0b")
         asked.append((cached, [salted_a, salted_b]))
-        sources |= {cached.hit_source, salted_a.hit_source, salted_b.hit_source}
         shared = _common_prefix(cached.prompt_ids or prompt_ids, prompt_ids)
-        whole = min(shared, len(cached.prompt_ids or prompt_ids) - 1) // block * block
+        whole = min(shared, len(cached.prompt_ids or prompt_ids) - 1) // p.block * p.block
         hits.append(
             {
                 "question": f"question {i}",
@@ -260,38 +297,65 @@ def integrity_probe(client: Client, spec: IntegritySpec, max_model_len: int, tag
                 "salted_hit": max(salted_a.cached_tokens, salted_b.cached_tokens),
             }
         )
+    return asked, hits
+
+
+def judge_rounds(
+    asker: _Asker, asked: list[tuple[Answer, list[Answer]]], hits: list[dict[str, Any]]
+) -> tuple[dict[str, Any], int]:
+    """The rule's judgement (vfleet.verify.probe.integrity_rule), with the confirmation rounds it asks for: more
+    salted pairs, and the cached prompt asked again (counted only where it hit the same whole cached prefix)."""
+    questions = asker.plan.questions
 
     def more(i: int, r: int) -> list[Answer]:
-        pair = salted_pair(i, r)
+        pair = [asker.salted(i, f"{r}{x}") for x in "ab"]
         hits[i]["salted_hit"] = max(hits[i]["salted_hit"], *(a.cached_tokens for a in pair))
         return pair
 
     def again(i: int, r: int) -> Answer | None:
-        """The cached prompt asked again; it counts only where it hit the same whole cached prefix."""
-        a = ask_computed(questions[i])
-        sources.add(a.hit_source)
+        a = asker.computed(questions[i])
         hits[i].setdefault("repeat_hits", []).append(a.cached_tokens)
         return a if a.cached_tokens >= hits[i]["cached_expected"] else None
 
-    judged, rounds = judge_with_rounds(asked, spec, more, again)
-    named = []
-    for q, j in zip(questions, judged["questions"], strict=True):
-        named.append({"question": f"question {j['index']} ({q.strip()!r})", **j})
+    return judge_with_rounds(asked, asker.spec, more, again)
+
+
+def integrity_probe(client: Client, spec: IntegritySpec, max_model_len: int, tag: str) -> IntegrityResult:
+    """The probe (the module's steps 1-3) on CLIENT's server, judged by its rule."""
+    asker = _Asker(client, spec, plan(client, spec, max_model_len, tag), tag)
+    cache_and_cycle(asker)
+    asked, hits = compare_once(asker)
+    judged, rounds = judge_rounds(asker, asked, hits)
+    return _result(asker, asked, hits, judged, rounds)
+
+
+def _result(
+    asker: _Asker,
+    asked: list[tuple[Answer, list[Answer]]],
+    hits: list[dict[str, Any]],
+    judged: dict[str, Any],
+    rounds: int,
+) -> IntegrityResult:
+    p, spec = asker.plan, asker.spec
+    named = [
+        {"question": f"question {j['index']} ({q.strip()!r})", **j}
+        for q, j in zip(p.questions, judged["questions"], strict=True)
+    ]
     return IntegrityResult(
-        num_gpu_blocks=blocks,
-        block_size=block,
-        pool_tokens=pool_tokens,
-        prompt_tokens=prompt_tokens,
-        filler_tokens=filler_tokens,
-        fillers=fillers,
-        filler_tokens_total=fillers * filler_tokens,
-        pool_cycles=round(fillers * filler_tokens / pool_tokens, 2),
-        questions=len(questions),
+        num_gpu_blocks=p.blocks,
+        block_size=p.block,
+        pool_tokens=p.pool_tokens,
+        prompt_tokens=p.prompt_tokens,
+        filler_tokens=p.filler_tokens,
+        fillers=p.fillers,
+        filler_tokens_total=p.fillers * p.filler_tokens,
+        pool_cycles=round(p.fillers * p.filler_tokens / p.pool_tokens, 2),
+        questions=len(p.questions),
         hit_tokens_during_compare=float(sum(h["cached_hit"] for h in hits)),
         logprob_tolerance=spec.logprob_tolerance,
         top_logprobs=spec.top_logprobs,
         max_logprob_gap=max((j["max_gap"] for j in named), default=0.0),
-        hit_source="+".join(sorted(sources)),
+        hit_source="+".join(sorted(asker.sources)),
         hits=hits,
         mismatches=[j for j in named if j["verdict"] == "mismatch"],
         noise_factor=spec.noise_factor,
