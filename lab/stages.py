@@ -133,7 +133,7 @@ LANES: dict[str, tuple[tuple[str, ...], ...]] = {
         ),
     ),
 }
-#: The files of a stage that run in one process after its lanes, with the machine to themselves.
+#: The files of a stage that run in one process after its lanes, with the machine to themselves, in this order.
 ALONE: dict[str, tuple[str, ...]] = {
     "integration": ("tests/integration/judge/test_answers_gate_live.py", "tests/integration/judge/test_ab.py"),
     "e2e": ("tests/e2e/cli/test_demo_image.py", "tests/e2e/cli/test_newcomer.py"),
@@ -265,7 +265,7 @@ def _lanes(stage: Stage) -> tuple[list[tuple[str, ...]], tuple[str, ...]]:
         for path in stage.paths
         for f in ([ROOT / path] if (ROOT / path).is_file() else sorted((ROOT / path).rglob("test_*.py")))
     ]
-    alone = tuple(f for f in files if f in ALONE.get(stage.name, ()) and f not in taken)
+    alone = tuple(f for f in ALONE.get(stage.name, ()) if f in files and f not in taken)  # in ALONE's order
     others = tuple(f for f in files if f not in taken and f not in alone)
     return [*lanes, *([others] if others else [])], alone
 

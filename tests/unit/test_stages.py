@@ -102,7 +102,8 @@ def test_the_table_has_a_row_per_stage_with_its_time_and_verdict() -> None:
 
 def test_the_e2e_lanes_run_side_by_side_and_every_other_file_after_them() -> None:
     """Every e2e file is in one lane or runs alone, never both; the named lanes are all run side by side (no
-    file is left over for a lane of the rest), and test_newcomer, which stops dockerd, runs alone after them."""
+    file is left over for a lane of the rest). The demo image's boot-verify of the real model runs alone after
+    them, and test_newcomer, which stops dockerd, last."""
     from lab import stages as st
 
     (stage,), _ = st.parse_args(["e2e"])
@@ -111,15 +112,15 @@ def test_the_e2e_lanes_run_side_by_side_and_every_other_file_after_them() -> Non
     files = [p for lane in lanes for p in lane] + list(alone)
     assert len(files) == len(set(files)), files
     assert set(files) == {str(f.relative_to(st.ROOT)) for f in (st.ROOT / "tests/e2e").rglob("test_*.py")}
-    assert alone == ("tests/e2e/cli/test_newcomer.py",)
+    assert alone == ("tests/e2e/cli/test_demo_image.py", "tests/e2e/cli/test_newcomer.py")
     (unit,), _ = st.parse_args(["unit"])
     assert st._lanes(unit) == ([], ())
 
 
 def test_the_integration_lanes_take_every_file_once_and_leave_the_ab_tests_alone() -> None:
     """Every file of the integration stage, the single file it names included, is in one lane or runs alone;
-    the files no lane names form one more lane; the A/B tests, which measure latency, run alone after the
-    lanes."""
+    the files no lane names form one more lane; the A/B tests, which measure latency, and the answers gate on
+    the real model, which does not share the cores (lab/stages.py), run alone after the lanes."""
     from lab import stages as st
 
     (stage,), _ = st.parse_args(["integration"])
@@ -133,7 +134,7 @@ def test_the_integration_lanes_take_every_file_once_and_leave_the_ab_tests_alone
         for f in (st.ROOT / folder).rglob("test_*.py")
     } | {"tests/test_seed002_metadata_reuse.py"}
     assert set(files) == want, set(files) ^ want
-    assert alone == ("tests/integration/judge/test_ab.py",)
+    assert alone == ("tests/integration/judge/test_answers_gate_live.py", "tests/integration/judge/test_ab.py")
     assert "tests/integration/judge/test_alerts.py" in lanes[-1]
     assert all((st.ROOT / p).is_file() for tier in ("integration", "e2e") for lane in st.LANES[tier] for p in lane)
 
