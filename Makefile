@@ -26,7 +26,7 @@ test-integration: $(STAMP) ## the integration tier: child processes, lint, kerne
 test-e2e: $(STAMP) ## the e2e tier: dockerd, the images, staging, the Docker-in-Docker fleet and the lifecycle
 	$(V)/python -m lab.stages e2e
 
-test-releases: $(STAMP) ## `vfleet patches status` against every vLLM release of tests/integration/build/test_patch_status.py (make test: two of them)
+test-releases: $(STAMP) ## `vfleet patches status` against every vLLM release of tests/integration/build/test_patch_status.py (make test: the default base only)
 	VFLEET_RELEASE_MATRIX=1 $(V)/python -m pytest -q tests/integration/build/test_patch_status.py -k test_status_matches_reference
 
 lint: $(STAMP) ## ruff, mypy and the import contracts of the floors (lint-imports: docs/architecture.md)

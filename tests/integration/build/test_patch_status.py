@@ -37,10 +37,11 @@ FIRST_RELEASE: dict[str, tuple[int, int, int] | None] = {
     "#52814": None,
 }
 RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
-#: What `make test` checks: the default base (every patch applies) and 0.32.0, the first release that carries all
-#: three upstream changes (each must read "already upstream"). 0.31.0 and 0.33.0 run the same code on other data,
-#: about 135 s on two cores: `make test-releases` (VFLEET_RELEASE_MATRIX=1) checks every release of RELEASES.
-CHECKED = RELEASES if os.environ.get("VFLEET_RELEASE_MATRIX") == "1" else ["0.30.0", "0.32.0"]
+#: What `make test` checks: the default base (every patch applies). The "already upstream" verdict, on its own
+#: Verified-By tests, is `make test`'s too, on the other base (test_status_of_a_base_with_its_own_series: every fix
+#: 0.34.0's series drops). 0.31.0 to 0.33.0 run the same code on other data, about 140 s each on two cores:
+#: `make test-releases` (VFLEET_RELEASE_MATRIX=1) checks every release of RELEASES.
+CHECKED = RELEASES if os.environ.get("VFLEET_RELEASE_MATRIX") == "1" else ["0.30.0"]
 
 
 def _change(p: Patch) -> str:
