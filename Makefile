@@ -4,7 +4,7 @@ VENV ?= .venv
 V := $(VENV)/bin
 STAMP := $(VENV)/.vfleet-bootstrap
 
-.PHONY: help venv test test-unit test-integration test-e2e test-releases lint check profiles patches demo boot-verify ab image lb rollout rollback fleet-verify fleet-status fleet-up fleet-stage stage fleet-down
+.PHONY: help venv test test-unit test-integration test-e2e test-long test-releases lint check profiles patches demo boot-verify ab image lb rollout rollback fleet-verify fleet-status fleet-up fleet-stage stage fleet-down
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -25,6 +25,9 @@ test-integration: $(STAMP) ## the integration tier: child processes, lint, kerne
 
 test-e2e: $(STAMP) ## the e2e tier: dockerd, the images, staging, the Docker-in-Docker fleet and the lifecycle
 	$(V)/python -m lab.stages e2e
+
+test-long: $(STAMP) ## the tests marked long, which make test leaves out: more fleet scenarios and checks of each base (tests/README.md)
+	$(V)/python -m lab.stages long-integration=tests/integration long-e2e=tests/e2e -- -m long
 
 test-releases: $(STAMP) ## `vfleet patches status` against every vLLM release of tests/integration/build/test_patch_status.py (make test: the default base only)
 	VFLEET_RELEASE_MATRIX=1 $(V)/python -m pytest -q tests/integration/build/test_patch_status.py -k test_status_matches_reference

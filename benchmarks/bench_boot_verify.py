@@ -35,7 +35,7 @@ def main() -> None:
             for i in range(args.runs):
                 req = runner.VerifyRequest(server.url, "tiny/cpu", Path(tmp) / f"run{i}", log=server.log_path)
                 res = runner.run(req, on_line=None)
-                rep = res.report
+                rep = res.report.dump()
                 integ = rep["figures"].get("integrity", {})
                 load = {r["concurrency"]: r for r in rep["figures"].get("load", [])}
                 row = {

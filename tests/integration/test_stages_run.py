@@ -32,6 +32,16 @@ TESTS = {
         def test_broken():
             assert 1 + 1 == 3
         """,
+    "mixed": """
+        import pytest
+
+        def test_quick():
+            pass
+
+        @pytest.mark.long
+        def test_slow():
+            assert 1 + 1 == 3  # fails whenever it runs
+        """,
     "dies": """
         import os
 
@@ -52,11 +62,11 @@ def stages_dir(tmp_path: Path) -> dict[str, Path]:
     return dirs
 
 
-def run(tmp_path: Path, *names: str) -> subprocess.CompletedProcess[str]:
+def run(tmp_path: Path, *names: str, pytest_args: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     dirs = stages_dir(tmp_path)
     argv = [sys.executable, "-m", "lab.stages", *(f"{n}={dirs[n]}" for n in names)]
     # --rootdir: the stages made here, not this checkout's pytest settings.
-    argv += ["--", "-p", "no:cacheprovider", f"--rootdir={tmp_path}"]
+    argv += ["--", "-p", "no:cacheprovider", f"--rootdir={tmp_path}", *pytest_args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -82,3 +92,16 @@ def test_every_stage_runs_and_a_failed_one_fails_the_run(tmp_path: Path, order: 
     assert table[0].split()[:3] == ["stage", "wall", "time"] and [row.split()[0] for row in table[1:]] == list(order)
     # ok: 2 passed 1 skipped; bad: 1 passed 1 failed; empty and dies: one failure each
     assert out.splitlines()[-1] == "3 passed, 3 failed, 1 skipped"
+
+
+def test_a_test_marked_long_runs_only_when_asked_for(tmp_path: Path) -> None:
+    """make test leaves the long tests out (here the failing one would fail the run); make test-long's -m long
+    runs them and only them."""
+    (tmp_path / "default").mkdir()
+    (tmp_path / "asked").mkdir()
+    proc = run(tmp_path / "default", "mixed")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.stdout.splitlines()[-1] == "1 passed, 0 failed", proc.stdout[-2000:]
+    proc = run(tmp_path / "asked", "mixed", pytest_args=("-m", "long"))
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert proc.stdout.splitlines()[-1] == "0 passed, 1 failed", proc.stdout[-2000:]

@@ -4,6 +4,7 @@ tests/integration/test_stages_run.py."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,8 +23,14 @@ def test_the_tiers_run_in_order_by_default_and_as_named() -> None:
     assert [s.name for s in parse_args([])[0]] == ["unit", "integration", "e2e"]
     assert parse_args(["e2e", "unit"])[0] == [Stage("e2e", STAGES["e2e"]), Stage("unit", STAGES["unit"])]
     chosen, extra = parse_args(["unit", "--", "-k", "guard", "-x"])
-    assert [s.name for s in chosen] == ["unit"] and extra == ["-k", "guard", "-x"]
+    assert [s.name for s in chosen] == ["unit"] and extra == ["-k", "guard", "-x", "-m", "not long"]
     assert [s.name for s in parse_args(["--", "-x"])[0]] == list(STAGES)
+
+
+def test_the_long_tests_are_left_out_unless_a_marker_expression_is_given() -> None:
+    assert parse_args([])[1] == ["-m", stages.DEFAULT_MARKS] and stages.DEFAULT_MARKS == "not long"
+    assert parse_args(["e2e", "--", "-m", "long"])[1] == ["-m", "long"]
+    assert parse_args(["e2e", "--", "-mlong", "-x"])[1] == ["-mlong", "-x"]
 
 
 def test_another_folder_is_a_stage_by_name_and_path(tmp_path: Path) -> None:
@@ -47,6 +54,22 @@ def test_every_test_file_is_in_exactly_one_stage() -> None:
     assert len(files) > 50
     homes = {f: [p for p in paths if f == p or p in f.parents] for f in files}
     assert {str(f): h for f, h in homes.items() if len(h) != 1} == {}
+
+
+def test_every_long_test_is_where_make_test_long_looks_and_named_in_the_tests_page() -> None:
+    """`make test-long` runs tests/integration and tests/e2e with `-m long`; tests/README.md ("Long tests") names
+    each file that holds a long test, with what still covers its path in `make test`."""
+    makefile = (REPO / "Makefile").read_text()
+    assert "long-integration=tests/integration long-e2e=tests/e2e -- -m long" in makefile
+    page = (REPO / "tests" / "README.md").read_text().split("## Long tests", 1)[1]
+    holders = [
+        f.relative_to(REPO)
+        for f in (REPO / "tests").rglob("test_*.py")
+        if re.search(r"^@pytest\.mark\.long\b", f.read_text(), re.MULTILINE)
+    ]
+    assert len(holders) >= 3, holders
+    assert [str(f) for f in holders if f.parts[1] not in ("integration", "e2e")] == []
+    assert [str(f) for f in holders if str(f) not in page] == []
 
 
 def test_figures_are_counted_as_pytests_summary_line_counts_them() -> None:

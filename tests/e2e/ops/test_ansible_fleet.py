@@ -123,6 +123,7 @@ def test_status_reports_image_profile_health_and_balancer(ctx: Ctx, tmp_path: Pa
         assert rows[n]["record_state"] == "deployed"
 
 
+@pytest.mark.long
 def test_percent_batches_and_a_pull_plan_with_a_zone_mirror_run_as_printed(ctx: Ctx) -> None:
     """One rollout of an image no node holds yet (good-3); it shows two things at once
     (one rollout instead of two, for the suite's time).
@@ -207,6 +208,7 @@ def test_percent_batches_and_a_pull_plan_with_a_zone_mirror_run_as_printed(ctx: 
     # The fleet stays on good-3: the lock scenario next takes it back to good-1.
 
 
+@pytest.mark.long
 def test_lock_of_another_controller_is_refused_and_only_broken_on_request(ctx: Ctx) -> None:
     """The lock lives on the balancer host: a holder from another controller (which this controller
     cannot see alive or dead) is never taken over silently; --break-lock takes over and names it, and its run
@@ -232,6 +234,7 @@ def test_lock_of_another_controller_is_refused_and_only_broken_on_request(ctx: C
         ctx.assert_on(n, "good-1")
 
 
+@pytest.mark.long
 def test_limit_never_drops_the_lock_the_gates_or_the_canary(ctx: Ctx) -> None:
     n2 = ctx.names[1]
     before = ctx.snapshot()
@@ -251,6 +254,7 @@ def test_limit_never_drops_the_lock_the_gates_or_the_canary(ctx: Ctx) -> None:
     assert all(after[n] == before[n] for n in ctx.names if n != n2)
 
 
+@pytest.mark.long
 def test_rollback_returns_a_node_to_its_previous_image(ctx: Ctx) -> None:
     n2 = ctx.names[1]
     proc = ctx.cli("rollback_one_node", "rollback", "--limit", n2)
@@ -290,6 +294,7 @@ def test_canary_failing_boot_verify_goes_back_and_stops(ctx: Ctx) -> None:
     assert not ctx.lock_file(), "the CLI did not release the lock of its failed run"
 
 
+@pytest.mark.long
 @pytest.mark.injected_fault
 def test_health_timeout_rolls_the_canary_back(ctx: Ctx) -> None:
     before = ctx.snapshot()
@@ -340,6 +345,7 @@ def test_failure_in_second_batch_stops_the_rollout(ctx: Ctx) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:]
 
 
+@pytest.mark.long
 @pytest.mark.injected_fault
 def test_a_container_that_failed_boot_verify_never_goes_back_to_the_pool(ctx: Ctx) -> None:
     """A swap to the image the node ran (its serving container stopped out of band, as a node left mid-swap
@@ -367,6 +373,7 @@ def test_a_container_that_failed_boot_verify_never_goes_back_to_the_pool(ctx: Ct
     ctx.assert_on(n2, "good-1")
 
 
+@pytest.mark.long
 @pytest.mark.injected_fault
 def test_failed_node_cap_stops_the_run_and_a_rerun_resumes_it(ctx: Ctx) -> None:
     """Canary n1, then batches of two (n2+n3, then n4) with max_fail_percentage 50, so one failed node
@@ -411,6 +418,7 @@ def test_failed_node_cap_stops_the_run_and_a_rerun_resumes_it(ctx: Ctx) -> None:
     # starts from there.
 
 
+@pytest.mark.long
 @pytest.mark.injected_fault
 def test_a_rollback_passes_the_canary_and_stops_at_the_failed_node_cap(ctx: Ctx) -> None:
     """A rollback is a gated swap like a rollout: every node now runs good-2 (the scenario before left it

@@ -39,6 +39,7 @@ def ctx(standin: Ctx) -> Ctx:
     return standin
 
 
+@pytest.mark.long
 @pytest.mark.injected_fault
 def test_a_drain_that_never_reaches_zero_leaves_the_node_serving_in_the_pool(ctx: Ctx) -> None:
     """The 'busy' stand-in reports two running requests forever (injected: a real vLLM drains)."""
@@ -57,6 +58,7 @@ def test_a_drain_that_never_reaches_zero_leaves_the_node_serving_in_the_pool(ctx
     assert ctx.lb_status()[n4] == "UP", "the node was left out of the pool"
 
 
+@pytest.mark.long
 @pytest.mark.injected_fault
 def test_fleet_verify_judges_each_node_out_of_the_pool(ctx: Ctx) -> None:
     """fleet verify drains each node before it verifies it and puts it back after (issue 22, item 1):
@@ -99,6 +101,7 @@ def test_fleet_verify_judges_each_node_out_of_the_pool(ctx: Ctx) -> None:
     assert not ctx.record(n4).get("out_of_pool"), ctx.record(n4)
 
 
+@pytest.mark.long
 @pytest.mark.injected_fault
 def test_a_node_that_dies_mid_drain_fails_the_run_and_says_so(ctx: Ctx) -> None:
     """n4 still reports busy (injected), so its drain waits; the node (the whole DinD host) is then
@@ -175,6 +178,7 @@ def _wedge_port(ctx: Ctx, node: str, ref: str, port: int = 8000, tries: int = 40
     raise AssertionError(f"{node}: no kill in {tries} left the daemon holding port {port}")
 
 
+@pytest.mark.long
 @pytest.mark.injected_fault
 @pytest.mark.injected_fault
 def test_a_node_whose_daemon_dies_mid_swap_is_named_and_a_rerun_finishes_it(ctx: Ctx) -> None:
@@ -209,6 +213,7 @@ def test_a_node_whose_daemon_dies_mid_swap_is_named_and_a_rerun_finishes_it(ctx:
     ctx.assert_on(n4, "good-1")
 
 
+@pytest.mark.long
 def test_a_node_killed_while_starting_its_container_names_the_daemon_restart(ctx: Ctx) -> None:
     """A node's dockerd killed between a container's create and start keeps the host port allocated
     after it comes back, with no container publishing it; the swap cannot start the serving container
@@ -343,6 +348,7 @@ def test_rollout_refuses_an_image_of_other_serve_profiles_before_any_node_is_tou
         assert f"VFLEET_PROFILES_DIGEST={ours}" in info["Config"]["Env"], info["Config"]["Env"]
 
 
+@pytest.mark.long
 def test_a_rollout_across_vllm_bases_passes_the_gate_and_the_canary_and_goes_back(ctx: Ctx, tmp_path: Path) -> None:
     """Issue 24, item 5: from an image of vLLM 0.30.0 to one of 0.34.0 and back, with the supply-chain gate
     on. No machine here boots vLLM 0.34.0, and the servers of this fleet are stand-ins in every scenario:

@@ -99,6 +99,7 @@ def test_reverse_apply_reads_as_already_upstream(tmp_path: Path) -> None:
             assert (r.verdict, r.detail) == (UPSTREAM, "reverse-applies"), r
 
 
+@pytest.mark.long  # about 5.5 min on 2 cores: make test-long (tests/README.md, Long tests)
 def test_status_of_a_base_with_its_own_series() -> None:
     """`status --base 0.34.0`: the fixes its series drops are proven upstream by their own Verified-By tests
     on the unpatched release; each patch of its series applies, and its test fails unpatched and passes
