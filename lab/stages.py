@@ -72,7 +72,8 @@ STAGES: dict[str, tuple[str, ...]] = {
 #: tiers below keep one core busy and leave the other mostly idle (benchmarks/results/2026-12-03-suite-times.md,
 #: 2026-12-05-suite-times.md), so they run side by side. More lanes do not help: with two the 2 cores are busy
 #: all through both stages, and three e2e lanes (a stand-in fleet each) were no faster (2026-12-06-suite-lanes.md).
-#: - Whatever boots the real model (smollm2-135m: the answers gate, the demo image) runs alone after the lanes.
+#: - Whatever boots the real model (smollm2-135m: the answers gate, the demo image, which is marked long and so
+#:   runs only in `make test-long`) runs alone after the lanes.
 #:   Its engine's OpenMP thread is bound to core 0 (vLLM's default), and with the lanes' load (a load average of
 #:   10 on 2 cores) a boot-verify that takes about 2 minutes on an idle machine ran past 10 (ci7, ci10 and the
 #:   CI run of a0cb5cc). The tiny model's work is small enough to share the cores.

@@ -24,6 +24,7 @@ def model_dir() -> Path:
     return build.build(MODEL)
 
 
+@pytest.mark.long  # a full smollm2 boot-verify, about 6 min on 2 cores: make test-long (tests/README.md, Long tests)
 def test_demo_on_the_cpu_image(cpu_image: images.BuildResult, model_dir: Path, tmp_path: Path) -> None:
     """`vfleet demo --server image`: the CPU image under docker, verified through --container (docker
     logs, /etc/vfleet/versions.json in the container), its digest from docker, then promoted."""
