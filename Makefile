@@ -26,8 +26,12 @@ test-integration: $(STAMP) ## the integration tier: child processes, lint, kerne
 test-e2e: $(STAMP) ## the e2e tier: dockerd, the images, staging, the Docker-in-Docker fleet and the lifecycle
 	$(V)/python -m lab.stages e2e
 
-test-long: $(STAMP) ## the tests marked long, which make test leaves out: more fleet scenarios and checks of each base (tests/README.md)
-	$(V)/python -m lab.stages long-integration=tests/integration long-e2e=tests/e2e -- -m long
+# The files that hold tests marked long, whole: a long stand-in scenario starts from the state the earlier ones leave.
+LONG_INTEGRATION := tests/integration/build/test_patch_status.py
+LONG_E2E := tests/e2e/ops/test_ansible_fleet.py,tests/e2e/ops/test_fleet_node_faults.py,tests/e2e/cli/test_demo_image.py
+
+test-long: $(STAMP) ## the files holding the tests marked long, which make test leaves out (tests/README.md, Long tests)
+	$(V)/python -m lab.stages long-integration=$(LONG_INTEGRATION) long-e2e=$(LONG_E2E) -- -m ""
 
 test-releases: $(STAMP) ## `vfleet patches status` against every vLLM release of tests/integration/build/test_patch_status.py (make test: the default base only)
 	VFLEET_RELEASE_MATRIX=1 $(V)/python -m pytest -q tests/integration/build/test_patch_status.py -k test_status_matches_reference

@@ -57,10 +57,14 @@ def test_every_test_file_is_in_exactly_one_stage() -> None:
 
 
 def test_every_long_test_is_where_make_test_long_looks_and_named_in_the_tests_page() -> None:
-    """`make test-long` runs tests/integration and tests/e2e with `-m long`; tests/README.md ("Long tests") names
-    each file that holds a long test, with what still covers its path in `make test`."""
+    """`make test-long` runs the files that hold a long test, whole and by tier; tests/README.md ("Long tests")
+    names each, with what still covers its path in `make test`."""
     makefile = (REPO / "Makefile").read_text()
-    assert "long-integration=tests/integration long-e2e=tests/e2e -- -m long" in makefile
+    assert 'long-integration=$(LONG_INTEGRATION) long-e2e=$(LONG_E2E) -- -m ""' in makefile
+    listed = {
+        tier: re.search(rf"^LONG_{tier.upper()} := (\S+)$", makefile, re.MULTILINE) for tier in ("integration", "e2e")
+    }
+    named = {tier: set(m.group(1).split(",")) if m else set() for tier, m in listed.items()}
     page = (REPO / "tests" / "README.md").read_text().split("## Long tests", 1)[1]
     holders = [
         f.relative_to(REPO)
@@ -70,6 +74,7 @@ def test_every_long_test_is_where_make_test_long_looks_and_named_in_the_tests_pa
     assert len(holders) >= 3, holders
     assert [str(f) for f in holders if f.parts[1] not in ("integration", "e2e")] == []
     assert [str(f) for f in holders if str(f) not in page] == []
+    assert named == {t: {str(f) for f in holders if f.parts[1] == t} for t in ("integration", "e2e")}, named
 
 
 def test_figures_are_counted_as_pytests_summary_line_counts_them() -> None:
