@@ -47,7 +47,8 @@ def test_a_stage_that_names_nothing_is_refused(arg: str, capsys: pytest.CaptureF
 
 
 def test_every_test_file_is_in_exactly_one_stage() -> None:
-    """`make test` is the whole suite: a test file outside every stage would never run."""
+    """`make test` runs every stage (and `make test-long` the long tests of some): a test file outside every stage
+    would never run."""
     paths = [REPO / p for tier in STAGES.values() for p in tier]
     assert all(p.exists() for p in paths), [str(p) for p in paths if not p.exists()]
     files = [f for f in (REPO / "tests").rglob("test_*.py") if "fixtures" not in f.relative_to(REPO).parts]
