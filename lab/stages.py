@@ -15,7 +15,8 @@ line when no test of it failed, so that the line never reads clean when the run 
 
     python -m lab.stages [STAGE ...] [-- PYTEST_ARGS]
 
-Tests marked `long` are left out unless PYTEST_ARGS carry a `-m` (`make test-long` passes `-m long`).
+Tests marked `long` are left out unless PYTEST_ARGS carry a `-m` (`make test-long` passes `-m ""`: every test of
+the files that hold long ones).
 
 STAGE is unit, integration or e2e (all three when none is given), or NAME=PATH[,PATH...] for other
 folders. The counts are pytest's own (the figures of its summary line): this module is loaded into each

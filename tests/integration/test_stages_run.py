@@ -95,13 +95,15 @@ def test_every_stage_runs_and_a_failed_one_fails_the_run(tmp_path: Path, order: 
 
 
 def test_a_test_marked_long_runs_only_when_asked_for(tmp_path: Path) -> None:
-    """make test leaves the long tests out (here the failing one would fail the run); make test-long's -m long
-    runs them and only them."""
-    (tmp_path / "default").mkdir()
-    (tmp_path / "asked").mkdir()
+    """make test leaves the long tests out (here the failing one would fail the run); a `-m` of the caller's
+    replaces that: `-m long` runs them alone, and make test-long's `-m ""` the whole file."""
+    for d in ("default", "asked", "whole"):
+        (tmp_path / d).mkdir()
     proc = run(tmp_path / "default", "mixed")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert proc.stdout.splitlines()[-1] == "1 passed, 0 failed", proc.stdout[-2000:]
     proc = run(tmp_path / "asked", "mixed", pytest_args=("-m", "long"))
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert proc.stdout.splitlines()[-1] == "0 passed, 1 failed", proc.stdout[-2000:]
+    proc = run(tmp_path / "whole", "mixed", pytest_args=("-m", ""))
+    assert proc.stdout.splitlines()[-1] == "1 passed, 1 failed", proc.stdout[-2000:]
