@@ -101,6 +101,7 @@ def main() -> int:
     ap.add_argument("--per-lock", type=int, default=3, help="boots to one hold of the heavy lock")
     ap.add_argument("--lock", type=Path, default=Path("/tmp/vfleet-heavy.lock"))
     args = ap.parse_args()
+    args.out = args.out.resolve()  # the server runs in its own directory: a relative --out would name another place
     if not 2 <= args.calibrate < args.boots - 1:
         ap.error("--calibrate needs at least 2 boots and leaves at least 2 others")
     args.out.mkdir(parents=True, exist_ok=True)

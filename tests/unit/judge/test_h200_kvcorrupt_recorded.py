@@ -3,7 +3,8 @@ benchmarks/h200_kvcorrupt.sh: vLLM 0.26.0 in graph mode, the 1B random Llama, th
 corrupting cached KV blocks inside the server) holds together, and docs/boot-verify.md states what it
 shows: no clean probe failed under 4 or 16 client streams (30 each), the plugin really changed KV values
 in every corrupted trial (its own log lines say how many), strong corruption was caught in every trial,
-and mild corruption was missed under traffic, which is why gating verification runs out of the pool."""
+and mild corruption was missed under traffic, which is why gating verification runs out of the pool; and the
+server's log, read by boot-verify's log check, shows none of it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from vfleet.verify.log.check import describe_event, scan_faults
+from vfleet.verify.log.graphs import graph_mode_per_model
 
 ROOT = Path(__file__).resolve().parents[3]
 SWEEP = ROOT / "tests" / "fixtures" / "h200-kvcorrupt"
@@ -74,6 +78,19 @@ def test_the_plugin_log_shows_the_changes() -> None:
         ("noise", x) for x in (1, 0.1, 0.01, 1e-3, 1e-4, 1e-5, 1e-6)
     } | {("zeros", 1.0)}
     assert "Graph capturing finished" in log and "Using FLASH_ATTN" in log and "v0.26.0" in log
+
+
+def test_the_log_check_sees_nothing_of_the_corruption() -> None:
+    """What the sweep shows about the log check: the same server log, read by boot-verify's own log reader, is a
+    graph-mode boot of the target with no fault in it, although 60 requests read KV blocks the plugin changed.
+    Silent corruption prints nothing; only the integrity probe sees it. The same scan finds a fault added to this
+    log, so it did read the log."""
+    log = lzma.decompress((SWEEP / "boot-random.log.xz").read_bytes()).decode()
+    (graphs,) = graph_mode_per_model(log)
+    assert graphs.role == "target" and graphs.ok and "Graph capturing finished" in graphs.seen, graphs
+    assert [describe_event(e) for e in scan_faults(log, graphs_expected=True).denied] == []
+    fault = "ERROR 12-01 10:00:00 [core.py:1] CUDA error: an illegal memory access was encountered"
+    assert scan_faults(f"{log}\n{fault}\n", graphs_expected=True).denied
 
 
 def test_the_docs_table_states_the_recorded_sweep() -> None:
