@@ -16,7 +16,6 @@ staged for promotion: the refusal comes before any container starts.
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from vfleet.paths import reports_dir
 from vfleet.profiles import Catalog
 from vfleet.server import ContainerServer
 from vfleet.supply import statements
-from vfleet.verify import runner
+from vfleet.verify import apikey, runner
 from vfleet.verify.record import attestation
 from vfleet.verify.record.model import Report
 
@@ -104,20 +103,21 @@ def stage(
             srv.wait_healthy()
             echo(f"stage: {c.image} answers /health after {srv.boot_s:.0f} s; boot-verify")
             out = root / f"{i + 1}-{_slug(c.image)}"
-            saved = os.environ.get("VLLM_API_KEY")
-            os.environ["VLLM_API_KEY"] = srv.api_key  # as an operator has it; never on a command line
-            try:
-                res = runner.run(
-                    runner.VerifyRequest(
-                        url=srv.url, profile=profile, out=out, container=srv.name, image=c.image, sign_key=sign_key
-                    ),
-                    on_line=None,
-                )
-            finally:
-                if saved is None:
-                    os.environ.pop("VLLM_API_KEY", None)
-                else:
-                    os.environ["VLLM_API_KEY"] = saved
+            # The key this run made for the container, handed to the run in memory: never on a command line or
+            # in this process's environment.
+            key = apikey.ApiKey(srv.api_key, f"the key staging made for container {srv.name}")
+            res = runner.run(
+                runner.VerifyRequest(
+                    url=srv.url,
+                    profile=profile,
+                    out=out,
+                    container=srv.name,
+                    image=c.image,
+                    sign_key=sign_key,
+                    key=key,
+                ),
+                on_line=None,
+            )
             srv.stop()
             entry = None
             if res.report.passed and promote:

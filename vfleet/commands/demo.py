@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from vfleet.paths import profiles_digest, reports_dir
 from vfleet.profiles import Catalog
 from vfleet.render import default_image
 from vfleet.server import ContainerServer, VllmServer, image_labels
-from vfleet.verify import runner
+from vfleet.verify import apikey, runner
 from vfleet.verify.progress import step
 from vfleet.verify.record import attestation
 
@@ -83,10 +82,16 @@ def run(args: argparse.Namespace) -> int:
                     s.note = "last: " + line.split("::", 1)[1][:70]
 
             if isinstance(server, ContainerServer):
-                # The container's key, as an operator has it: VLLM_API_KEY in the environment.
-                os.environ["VLLM_API_KEY"] = server.api_key
+                # The key the demo made for its container, handed to the run in memory (not in the environment).
+                key = apikey.ApiKey(server.api_key, f"the key the demo made for container {server.name}")
                 req = runner.VerifyRequest(
-                    url=server.url, profile=PROFILE, out=out, container=server.name, image=image, sign_key=sign_key
+                    url=server.url,
+                    profile=PROFILE,
+                    out=out,
+                    container=server.name,
+                    image=image,
+                    sign_key=sign_key,
+                    key=key,
                 )
                 res = runner.run(req, on_line=note)
             else:

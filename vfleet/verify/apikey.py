@@ -75,9 +75,15 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def resolve(api_key_env: str | None = None, env_file: Path | None = None) -> ApiKey:
+def resolve(api_key_env: str | None = None, env_file: Path | None = None, given: ApiKey | None = None) -> ApiKey:
+    """The key for a run. ``given`` is one the caller holds in memory (staging: the key it made for the container
+    it started), handed down as it is: nothing is read, and no environment variable carries it."""
     if api_key_env and env_file is not None:
         raise VfleetError("give the API key either as --api-key-env VAR or as --env-file FILE, not both")
+    if given is not None:
+        if api_key_env or env_file is not None:
+            raise VfleetError("an API key handed to the run in memory takes no --api-key-env or --env-file as well")
+        return given
     if api_key_env:
         value = os.environ.get(api_key_env)
         if not value:

@@ -68,6 +68,9 @@ class VerifyRequest:
     select: str | None = None
     #: the controller's ed25519 private key: the report's verification summary is signed with it
     sign_key: Path | None = None
+    #: a key the caller holds in memory (staging made it for its container): used as it is, instead of reading
+    #: ``api_key_env``, ``env_file`` or VLLM_API_KEY (its repr names the source, never the key)
+    key: apikey.ApiKey | None = None
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,7 @@ def _check(req: VerifyRequest) -> _Checked:
         raise VfleetError(
             f"--docker-host {req.docker_host!r}: expected tcp://HOST:PORT, ssh://USER@HOST or unix:///PATH"
         )
-    key = apikey.resolve(req.api_key_env, req.env_file)
+    key = apikey.resolve(req.api_key_env, req.env_file, req.key)
     out = req.out.resolve()
     if (out / "report.json").exists():
         raise VfleetError(f"{out} already holds a report; pass another --out")

@@ -4,6 +4,7 @@ writer, promotion rules, and the tiny model build."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from support.reports import load_row, trusted, write_report
 from vfleet import promotion, tinymodel
 from vfleet.errors import VfleetError
 from vfleet.profiles import IntegritySpec
-from vfleet.verify import apikey
+from vfleet.verify import apikey, runner
 from vfleet.verify.metrics import Metrics, finishes, prefix_hits, unexpected_finishes
 from vfleet.verify.probe import integrity_rule as cacheprobe
 from vfleet.verify.probe.integrity import IntegrityResult, ProbeSetupError, plan_fillers
@@ -221,6 +222,21 @@ def test_api_key_sources_and_their_errors(tmp_path: Path, monkeypatch: pytest.Mo
         apikey.resolve(env_file=tmp_path / "nokey.env")
     with pytest.raises(VfleetError, match="cannot read it"):
         apikey.resolve(env_file=tmp_path / "missing.env")
+
+
+def test_a_key_handed_down_in_memory_is_used_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Staging hands the run the key it made for its container (runner.VerifyRequest.key): that key is used, not
+    the environment's, and nothing else may name a source beside it. (tests/e2e/ops/test_staging.py runs the real
+    path: a staging container that refuses any other key passes its boot-verify.)"""
+    monkeypatch.setenv("VLLM_API_KEY", "the operator's own key")
+    given = apikey.ApiKey(KEY, "the key staging made for container c1")
+    assert apikey.resolve(given=given) is given
+    assert os.environ["VLLM_API_KEY"] == "the operator's own key"
+    assert KEY not in repr(runner.VerifyRequest(url="http://127.0.0.1:9", profile="tiny/cpu", out=tmp_path, key=given))
+    with pytest.raises(VfleetError, match="takes no --api-key-env or --env-file as well"):
+        apikey.resolve(api_key_env="VLLM_API_KEY", given=given)
+    with pytest.raises(VfleetError, match="takes no --api-key-env or --env-file as well"):
+        apikey.resolve(env_file=tmp_path / "node.env", given=given)
 
 
 # -- the integrity probe's comparison (issue 11, part 3) ------------------------------------------
