@@ -3,8 +3,9 @@ ansible/status.yml writes (one row per node) and the boot-verify report director
 
 Per node: the image and its registry digest, the vLLM version, the patch manifest, the profile and its
 digest, health (container, /health, balancer), the deployment record, the gates its deploy did not check
-(NOT CHECKED on a test fleet), the last boot-verify verdict with a link to its report.html (recomputed
-from its checks and its signed summary: a stored PASS alone is never shown as one), and provenance.
+(NOT CHECKED on a test fleet), the weights (the model manifest its last rollout found, against the promoted
+one), the last boot-verify verdict with a link to its report.html (recomputed from its checks and its signed
+summary: a stored PASS alone is never shown as one), and provenance.
 What could not be read (an unreachable node, a missing or unreadable report, a report of another image,
 provenance nobody checked, a record that does not say which gates ran) is an explicit "unknown" with its
 reason, never a green cell; the rollup at the top is the worst cell of the fleet.
@@ -36,6 +37,7 @@ COLUMNS = [
     ("health", "health"),
     ("record", "deployment record"),
     ("gates", "gates switched off"),
+    ("weights", "weights (model manifest)"),
     ("verify", "last boot-verify"),
     ("provenance", "provenance"),
 ]
@@ -225,6 +227,30 @@ def _gates(row: dict[str, Any]) -> Cell:
     return Cell(lines, "unknown", "turned off by a test-fleet switch (docs/fleet.md); not a pass")
 
 
+def _weights(row: dict[str, Any]) -> Cell:
+    """The node's weights as its last rollout found them (the record's weights, issue 34): the manifest digest the
+    node holds and the promoted one it matched before the swap (a difference stops the node, so a record never
+    holds one), or NOT CHECKED where that run had no promoted manifest to compare with."""
+    if row.get("record_problem") or not row.get("record_state"):
+        return html.unknown("no trusted deployment record on the node")
+    weights = row.get("weights")
+    if not isinstance(weights, dict) or not weights:
+        return html.unknown("the deployment record does not say which weights the node holds (written before it did)")
+    run = f"run {weights.get('run_id') or '?'}"
+    if weights.get("not_checked"):
+        return Cell("NOT CHECKED", "unknown", f"{run}: {weights['not_checked']}")
+    digest, promoted = str(weights.get("digest") or ""), str(weights.get("promoted") or "")
+    if not digest or digest != promoted:
+        return Cell(
+            f"holds {html.short_digest(digest or '?')}", "bad", f"{run}: the promoted manifest is {promoted or '?'}"
+        )
+    return Cell(
+        html.short_digest(digest),
+        "ok",
+        f"matched the manifest promoted with {weights.get('promoted_with') or '?'} ({run}, before the swap)",
+    )
+
+
 def _read_report(d: Path) -> tuple[dict[str, Any] | None, str]:
     src = d / "report.json"
     try:
@@ -338,6 +364,7 @@ def node_cells(row: dict[str, Any], recheck: Recheck | None = None) -> dict[str,
         "health": _health(row),
         "record": _record(row),
         "gates": _gates(row),
+        "weights": _weights(row),
         "verify": _verify(row, recheck),
         "provenance": _provenance(row),
     }

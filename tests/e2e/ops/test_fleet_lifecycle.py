@@ -395,6 +395,12 @@ def test_lifecycle_under_live_traffic(life: Lifecycle, capsys: pytest.CaptureFix
     # this test's promotions file), which every run on it says and records (issue 31).
     overrides = {sw.line() for sw in fleet_inventory.switches().values() if sw.skips_when == "set"}
     assert [set(r["not_checked"]) for r in rows] == [overrides] * NODES, "deploy A ran with a gate switched off"
+    # Each node's record names the weights the rollout found on it before the swap: the manifest A was promoted
+    # with (issue 34), one digest across the fleet; the page's weights column is green on every node.
+    weights = [r["weights"] or {} for r in rows]
+    assert all(w.get("digest") and w["digest"] == w["promoted"] for w in weights), weights
+    assert all(w["promoted_with"].endswith(ref_a.split("@", 1)[1]) for w in weights), weights
+    assert len({w["digest"] for w in weights}) == 1 and "weights (model manifest):" not in page, weights
     # Two client streams, one request at a time each, 16 streamed tokens, 0.5 s apart: the load under which
     # fresh containers used to die (issue 33). It holds on 2 cores since vLLM's workers no longer busy-poll
     # for 1 s after each request (patch 0200, the cpu platform's VLLM_SHM_BROADCAST_BUSY_LOOP_S) and no
@@ -427,6 +433,8 @@ def test_lifecycle_under_live_traffic(life: Lifecycle, capsys: pytest.CaptureFix
     assert "NOT CHECKED: promotion of" in text and "(emergency rollback" in text, proc.stdout[-3000:]
     assert f"verified {ref_a} (sha256:" in text, proc.stdout[-3000:]
     life.assert_all_on("A", "rollback")
+    # The emergency path looks up no promotion, so it has no manifest to compare the weights with: the records say so.
+    assert life.record(n1)["weights"]["not_checked"].startswith("no promoted manifest"), life.record(n1)
     life.keep_node_figures("rollback_to_A")
 
     # 4. Verify the running fleet: a new report per node in a directory of this run.
@@ -500,6 +508,7 @@ def test_lifecycle_under_live_traffic(life: Lifecycle, capsys: pytest.CaptureFix
     _ok(proc, "recovery rollout of A")
     assert " ".join(proc.stdout.split()).count("is healthy; nothing to do") == NODES - 1, proc.stdout[-3000:]
     life.assert_all_on("A", "recovery")
+    assert life.record(n1)["weights"]["digest"] == life.record(n1)["weights"]["promoted"], life.record(n1)
     assert life.snapshot()[n2] == before[n2]
     life.keep_node_figures("recovery_rollout_A")
     FIGURES["killed_at_unix"] = killed_at

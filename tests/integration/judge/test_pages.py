@@ -194,6 +194,13 @@ def status_rows(tmp_path: Path) -> list[dict[str, Any]]:
         "balancer": "UP",
         "record_state": "deployed",
         "not_checked": [],  # a record of a deploy with every gate on (status.yml copies it from the record)
+        # the weights the last rollout found, the promoted ones (status.yml copies them from the record)
+        "weights": {
+            "digest": "sha256:" + "77" * 32,
+            "promoted": "sha256:" + "77" * 32,
+            "promoted_with": "x",
+            "run_id": "r",
+        },
         "verify_out": str(tmp_path / "verify-out"),
     }
     rows = []

@@ -17,7 +17,14 @@ from typing import Any
 from support.fleet import fleet, local_inventory
 from support.supply import write_deploy_record
 
-RECORD = {"state": "deployed", "image": "r/x@sha256:" + "1" * 64, "not_checked": [], "gate": {"promotion": "checked"}}
+WEIGHTS = {"digest": "sha256:" + "3" * 64, "promoted": "sha256:" + "3" * 64, "promoted_with": "r/x", "run_id": "r1"}
+RECORD = {
+    "state": "deployed",
+    "image": "r/x@sha256:" + "1" * 64,
+    "not_checked": [],
+    "gate": {"promotion": "checked"},
+    "weights": WEIGHTS,
+}
 
 
 def _status(tmp: Path) -> dict[str, Any]:
@@ -32,6 +39,7 @@ def test_the_status_read_sets_an_edited_record_aside_and_names_it(tmp_path: Path
     path = write_deploy_record(tmp_path / "state", "gate-node", RECORD)
     row = _status(tmp_path)
     assert row["record_problem"] == "" and row["record_state"] == "deployed" and row["not_checked"] == [], row
+    assert row["weights"] == WEIGHTS, row  # the weights the last rollout found (issue 34), as the fleet page reads them
     edited = json.loads(path.read_text())
     edited["not_checked"] = []
     edited["image"] = "r/y@sha256:" + "2" * 64
@@ -40,6 +48,7 @@ def test_the_status_read_sets_an_edited_record_aside_and_names_it(tmp_path: Path
     want = f"gate-node: {path}: it was edited after the controller signed it (image changed): it is not trusted"
     assert row["record_problem"] == want, row
     assert row["record_state"] == "" and row["record_image"] == "" and row["not_checked"] is None, row
+    assert row["weights"] is None, row  # an untrusted record says nothing of the weights either
 
 
 def _check(node: str, data: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
