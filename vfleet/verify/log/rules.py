@@ -303,6 +303,10 @@ def line_families(line: str, graphs_expected: bool = True) -> list[str]:
         if any(n.search(line) for n in fam.not_when):
             continue
         for pat in fam.patterns:
+            # One search first: most lines match no pattern, and a generator per pattern and line cost a long log's
+            # scan most of its time (11 of 12 s on 23,500 lines).
+            if pat.search(line) is None:
+                continue
             if any(not NEGATED_BEFORE.search(line[: m.start()]) for m in pat.finditer(line)):
                 found.append(fam.id)
                 break
