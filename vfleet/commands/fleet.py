@@ -62,7 +62,7 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
                 action="store_true",
                 help="take the fleet lock over from another run (its holder is printed); only when that run is gone",
             )
-        if pb in ("rollout", "rollback", "status"):
+        if pb in ("rollout", "rollback", "status", "verify"):
             gate = q.add_argument_group("supply chain (docs/supply-chain.md)")
             gate.add_argument(
                 "--trusted-key",
@@ -70,9 +70,11 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
                 default=[],
                 metavar="ROLE=PUB",
                 help="public key trusted for ROLE: provenance (the supply-chain gate; status: the page's provenance "
-                "column), verify and ab (the preflight's promotion check); several: provenance,verify=PUB "
+                "column), verify and ab (the promotion check: a rollout's preflight, and fleet verify's look-up of "
+                "the weights each node's image was promoted with); several: provenance,verify=PUB "
                 "(repeatable; default VFLEET_TRUSTED_KEYS_<ROLE>)",
             )
+        if pb in ("rollout", "rollback", "status"):
             gate.add_argument(
                 "--supply-store", type=Path, help="supply store (default: VFLEET_SUPPLY_STORE or REPORTS/supply)"
             )

@@ -139,7 +139,7 @@ def handed_env(req: FleetRequest) -> dict[str, str]:
     handed: dict[str, str] = {"VFLEET_FLEET_TRUSTED_KEYS": "[]", "VFLEET_FLEET_SUPPLY_STORE": ""}
     if req.trusted_keys:
         specs = trusted_specs(list(req.trusted_keys))  # a malformed ROLE=PUB fails here, for every action
-        if req.action in ("rollout", "rollback"):
+        if req.action in ("rollout", "rollback", "verify"):  # the gates and verify's promotion look-up (weights)
             handed["VFLEET_FLEET_TRUSTED_KEYS"] = json.dumps(specs)
     if req.supply_store is not None and req.action in ("rollout", "rollback"):
         handed["VFLEET_FLEET_SUPPLY_STORE"] = str(req.supply_store.resolve())

@@ -131,6 +131,8 @@ class Lifecycle:
         argv = [*LAB, "fleet", action, "--name", self.fleet.name, *args]
         if action in ("rollout", "rollback"):  # the supply-chain gate (a rollback passes it too): key and store
             argv += ["--trusted-key", f"provenance,verify,ab={self.trusted}", "--supply-store", str(self.store)]
+        if action == "verify":  # the promotion look-up of each node's image, for the weights it compares
+            argv += ["--trusted-key", f"verify,ab={self.trusted}"]
         for k, v in self.extra.items():
             argv += ["-e", f"{k}={json.dumps(v)}"]
         if self.load is not None:
@@ -469,6 +471,13 @@ def test_lifecycle_under_live_traffic(life: Lifecycle, capsys: pytest.CaptureFix
     ]
     assert "model.safetensors: sha256 " in text and "(same size: altered in place)" in text, text[-3000:]
     assert "The node was not drained and goes on serving what it served" in text, text[-3000:]
+    assert life.snapshot() == before and life.lb_status()[n2] == "UP", life.lb_status()
+    # fleet verify compares the same before the node leaves the pool: NOT VERIFIED, naming the file; node 2 serves on.
+    proc = life.fleet_cmd("verify_weights_altered_on_node_2", "verify", "--limit", n2)
+    assert isinstance(proc, subprocess.CompletedProcess) and proc.returncode != 0, proc.stdout[-3000:]
+    text = " ".join(proc.stdout.split())
+    assert f"NOT VERIFIED: {n2}: the weights in /srv/models are not the ones" in text, text[-3000:]
+    assert "model.safetensors: sha256 " in text and f"fleet verify failed on {n2}" in text, text[-3000:]
     assert life.snapshot() == before and life.lb_status()[n2] == "UP", life.lb_status()
     docker("exec", n2, "cp", kept, shard)
 

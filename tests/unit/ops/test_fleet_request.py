@@ -64,6 +64,9 @@ def test_trusted_keys_reach_only_the_runs_that_check_them(tmp_path: Path) -> Non
     assert json.loads(handed_env(rollout)["VFLEET_FLEET_TRUSTED_KEYS"]) == [f"provenance={pub.resolve()}"]
     status = request("status", "-i", "inv", "--trusted-key", f"provenance={pub}")
     assert handed_env(status)["VFLEET_FLEET_TRUSTED_KEYS"] == "[]"
+    # fleet verify looks up each node's promotion (the weights it compares), with the verify role's keys
+    verify = request("verify", "-i", "inv", "--trusted-key", f"verify={pub}")
+    assert json.loads(handed_env(verify)["VFLEET_FLEET_TRUSTED_KEYS"]) == [f"verify={pub.resolve()}"]
     # a key that is not there is an error for every action, before any playbook runs
     with pytest.raises(VfleetError, match="no such file"):
         handed_env(request("status", "-i", "inv", "--trusted-key", f"provenance={tmp_path / 'gone.pub'}"))
