@@ -80,8 +80,8 @@ rollout: $(STAMP) ## roll the fleet onto IMAGE=ref: canary, then batches [INVENT
 rollback: $(STAMP) ## roll the fleet back, through the rollout's gates, to each node's previous image [IMAGE=ref to name one] [LIMIT] [BREAK_LOCK=1] [VERBOSE=0-4] [TRUSTED_KEY='ROLE=pub.pem ...': keys per role] [ALLOW_UNSIGNED=1: test fleets only]
 	$(FLEET_CLI) rollback $(FLEET_WHERE) $(if $(IMAGE),--image $(IMAGE)) $(foreach k,$(TRUSTED_KEY),--trusted-key $(k)) $(if $(ALLOW_UNSIGNED),--allow-unsigned) $(FLEET_OPTS)
 
-fleet-verify: $(STAMP) ## boot-verify every running node, each out of the balancer's pool [MAX_OUT=N at once]
-	$(FLEET_CLI) verify $(FLEET_WHERE) $(if $(LIMIT),--limit $(LIMIT)) $(if $(MAX_OUT),--max-out-of-pool $(MAX_OUT)) $(ANSIBLE_V)
+fleet-verify: $(STAMP) ## boot-verify every running node, each out of the balancer's pool [MAX_OUT=N at once] [TRUSTED_KEY=verify=pub.pem: the promotion look-up of each node's weights]
+	$(FLEET_CLI) verify $(FLEET_WHERE) $(if $(LIMIT),--limit $(LIMIT)) $(if $(MAX_OUT),--max-out-of-pool $(MAX_OUT)) $(foreach k,$(TRUSTED_KEY),--trusted-key $(k)) $(ANSIBLE_V)
 
 fleet-status: $(STAMP) ## what runs where: image digest, profile, health [HTML=fleet.html: the fleet page] [TRUSTED_KEY=provenance=pub.pem: its provenance column]
 	$(FLEET_CLI) status $(FLEET_WHERE) $(if $(HTML),--html $(HTML)) $(foreach k,$(TRUSTED_KEY),--trusted-key $(k)) $(ANSIBLE_V)
