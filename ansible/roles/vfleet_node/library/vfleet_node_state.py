@@ -258,19 +258,59 @@ def wait_health(module, p, t_start):
     )
 
 
+#: What dockerd answers `docker stop` when the container's main process has exited but is not reaped yet: the
+#: kernel ends the rest of the container's processes first, and one that is in uninterruptible sleep (I/O, a large
+#: unmap under load) holds it there for a while. Seen once on the 2-core test fleet, under load, in a rollout.
+ZOMBIE = "is zombie and can not be killed"
+#: How long the swap waits for such a container to finish exiting before it gives up.
+ZOMBIE_WAIT_S = 120.0
+
+
+def _status(name):
+    out = subprocess.run(
+        ["docker", "inspect", "--format", "{{.State.Status}}", name],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return out.stdout.strip() if out.returncode == 0 else "gone"
+
+
+def stop(module, name, stop_timeout, wait_s=ZOMBIE_WAIT_S, interval=2.0):
+    """docker stop NAME; where dockerd says its main process is a zombie, wait (up to WAIT_S) for the container to
+    finish exiting instead of failing the swap on a state that ends by itself."""
+    result = subprocess.run(
+        ["docker", "stop", "--time", str(stop_timeout), name],
+        capture_output=True,
+        text=True,
+        timeout=stop_timeout + 120,
+        check=False,
+    )
+    if result.returncode == 0 or "No such container" in result.stderr:
+        return
+    if ZOMBIE not in result.stderr:
+        module.fail_json(msg=f"docker stop {name} failed: {result.stderr.strip()[:500]}")
+    deadline = time.monotonic() + wait_s
+    status = _status(name)
+    while status in ("running", "removing") and time.monotonic() < deadline:
+        time.sleep(interval)
+        status = _status(name)
+    if status in ("running", "removing"):
+        module.fail_json(
+            msg=(
+                f"docker stop {name} failed: its main process is a zombie ({result.stderr.strip()[:300]}) and the "
+                f"container was still {status} after {wait_s:.0f} s: a process of it does not exit (look at the "
+                "node: `ps -eo pid,stat,cmd`, a D state)"
+            )
+        )
+
+
 def start(module, p):
     """Replace the serving container with one started from ARGV, then wait for /health."""
     t0 = time.monotonic()
     name = p["container"]
-    stop = subprocess.run(
-        ["docker", "stop", "--time", str(p["stop_timeout"]), name],
-        capture_output=True,
-        text=True,
-        timeout=p["stop_timeout"] + 120,
-        check=False,
-    )
-    if stop.returncode != 0 and "No such container" not in stop.stderr:
-        module.fail_json(msg=f"docker stop {name} failed: {stop.stderr.strip()[:500]}")
+    stop(module, name, p["stop_timeout"])
     rm = subprocess.run(["docker", "rm", "--force", name], capture_output=True, text=True, timeout=120, check=False)
     if rm.returncode != 0 and "No such container" not in rm.stderr:
         module.fail_json(msg=f"docker rm {name} failed: {rm.stderr.strip()[:500]}")
