@@ -12,7 +12,9 @@ generator sends steady streaming completions through the balancer for the whole 
 
   the supply-chain gate refuses A unsigned, then A with its SBOM changed after signing (no node pulls)
   -> deploy A, signed -> roll out B -> roll back (to A, through the gates) -> verify
-  -> a rollout of A stopped at node 2, whose copy of the weights is altered, before its drain -> re-run A (no-op)
+  -> a rollout of A stopped at node 2, whose copy of the weights is altered, before its drain; a verify that
+     says the same; rollouts limited to node 2 stopped the same way by a truncated shard, an extra file, a missing
+     tokenizer file and another model revision -> re-run A (no-op: node 2's weights, put back, pass)
   -> roll out B with the canary killed during its swap -> recovery (start it again, roll out A)
   -> a verify that must catch a fault printed during its own traffic.
 
@@ -298,6 +300,60 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
         (cache_dir() / "figures-lifecycle.json").write_text(json.dumps(FIGURES, indent=2))
 
 
+#: The weights faults of issue 34 other than the altered shard above: (figure key, shell run on the node inside
+#: /srv/models, what the refusal names). Each writes new files (a rename, never a write into the file the serving
+#: container loaded). "Another revision" is a config and a shard both changed, as a new upload would change them.
+WEIGHTS_FAULTS = (
+    (
+        "weights_truncated_on_node_2",
+        "head -c 100000 model.safetensors > .t && mv .t model.safetensors",
+        ("model.safetensors: 100000 bytes where the promoted file has", "(truncated"),
+    ),
+    (
+        "weights_extra_file_on_node_2",
+        "echo local experiment > notes.txt",
+        ("notes.txt: an extra file, not in the promoted manifest",),
+    ),
+    ("weights_tokenizer_missing_on_node_2", "rm tokenizer.json", ("tokenizer.json: missing (promoted: ",)),
+    (
+        "weights_other_revision_on_node_2",
+        'python3 -c \'import json; d = json.load(open("config.json")); d["vfleet_revision"] = 2;'
+        ' json.dump(d, open(".c", "w"))\' && mv .c config.json'
+        " && head -c 4096 model.safetensors > .s && head -c 4096 /dev/urandom >> .s"
+        " && tail -c +8193 model.safetensors >> .s && mv .s model.safetensors",
+        ("config.json: ", "model.safetensors: sha256 ", "the node holds sha256:"),
+    ),
+)
+
+
+def _weights_fault_stops_the_node(
+    life: Lifecycle, node: str, ref: str, step: str, inject: str, named: tuple[str, ...]
+) -> None:
+    """INJECT on NODE's /srv/models, then a rollout of REF limited to NODE must stop before its drain, naming the
+    fault; NODE keeps serving in the pool. The promoted directory is put back after."""
+    keep = "/var/lib/vfleet-test-models.bak"
+    docker("exec", node, "sh", "-c", f"rm -rf {keep} && cp -a /srv/models {keep} && cd /srv/models && {inject}")
+    before = life.snapshot()
+    proc = life.fleet_cmd(step, "rollout", "--image", ref, "--limit", node)
+    assert isinstance(proc, subprocess.CompletedProcess) and proc.returncode != 0, proc.stdout[-3000:]
+    text = " ".join(proc.stdout.split())
+    assert f"{node}: the weights in /srv/models are not the ones the image was verified and promoted with" in text, (
+        step,
+        text[-3000:],
+    )
+    assert "The node was not drained and goes on serving what it served" in text, (step, text[-3000:])
+    for n in named:
+        assert n in text, (step, n, text[-3000:])
+    assert life.snapshot() == before and life.lb_status()[node] == "UP", (step, life.lb_status())
+    docker(
+        "exec",
+        node,
+        "sh",
+        "-c",
+        f"find /srv/models -mindepth 1 -delete && cp -a {keep}/. /srv/models/ && rm -rf {keep}",
+    )
+
+
 def _ok(proc: subprocess.CompletedProcess[str] | subprocess.Popen[str], what: str) -> None:
     """The step passed; if not, the message leads with the lines that say why (the whole output is in
     .cache/fleet/lifecycle-logs/STEP.log), then the output's end."""
@@ -480,6 +536,10 @@ def test_lifecycle_under_live_traffic(life: Lifecycle, capsys: pytest.CaptureFix
     assert "model.safetensors: sha256 " in text and f"fleet verify failed on {n2}" in text, text[-3000:]
     assert life.snapshot() == before and life.lb_status()[n2] == "UP", life.lb_status()
     docker("exec", n2, "cp", kept, shard)
+    # The other faults of issue 34 on the same node, each a rollout of A limited to node 2 (its canary): each stops
+    # before the drain, naming the file; the directory is put back after each (new inodes: hashed again).
+    for step, inject, named in WEIGHTS_FAULTS:
+        _weights_fault_stops_the_node(life, n2, ref_a, step, inject, named)
 
     # 6. Re-run the rollout of A: a no-op that touches no container (the gate passes again).
     before = life.snapshot()
@@ -524,7 +584,7 @@ def test_lifecycle_under_live_traffic(life: Lifecycle, capsys: pytest.CaptureFix
 
     # 9. Boot-verify reads the log after its own traffic: a fault printed while it runs fails it.
     # Injected fault: vLLM on a CPU cannot be made to raise a real CUDA fault, so a line of one is
-    # written to the serving container's stdout while boot-verify's load runs on node 3.
+    # written to the serving container's stdout while boot-verify's load runs on node 2.
     life.load.stop()
     traffic = life.load.summary()
     FIGURES["requests"] = traffic
@@ -544,7 +604,7 @@ def test_lifecycle_under_live_traffic(life: Lifecycle, capsys: pytest.CaptureFix
     held = life.record(n2)["out_of_pool"]
     assert held["why"] == "failed verify" and Path(held["report"], "report.md").is_file(), held
 
-    # The page again, on A: provenance verified on every node, and node 3's failed boot-verify shown.
+    # The page again, on A: provenance verified on every node, and node 2's failed boot-verify shown.
     page, rows = _fleet_page(life, "end")
     assert [r["provenance"]["status"] for r in rows] == ["verified"] * NODES, [r.get("provenance") for r in rows]
     assert f"Fleet FAIL: {NODES} nodes" in page and f"last boot-verify: FAILED on 1 of {NODES} ({n2})" in page, page[
