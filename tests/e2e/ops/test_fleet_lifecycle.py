@@ -287,7 +287,7 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
             assert f"promoted: {ref}" in proc.stdout, proc.stdout[-3000:]
         summaries = list((tmp / "staging").glob("**/verification.dsse.json"))
         assert len(summaries) == len(local), f"expected a signed summary per staged build: {summaries}"
-        FIGURES["wall_s"]["push_stage_and_promote_3_builds"] = round(time.monotonic() - t0, 1)
+        FIGURES["wall_s"]["push_stage_and_promote_2_builds"] = round(time.monotonic() - t0, 1)
         yield life
     finally:
         if "life" in locals():
