@@ -27,8 +27,9 @@ test-e2e: $(STAMP) ## the e2e tier: dockerd, the images, staging, the Docker-in-
 	$(V)/python -m lab.stages e2e
 
 # The files that hold tests marked long, whole: a long stand-in scenario starts from the state the earlier ones leave.
-LONG_INTEGRATION := tests/integration/build/test_patch_status.py
-LONG_E2E := tests/e2e/ops/test_ansible_fleet.py,tests/e2e/ops/test_fleet_node_faults.py,tests/e2e/cli/test_demo_image.py
+# test_newcomer stops dockerd: last.
+LONG_INTEGRATION := tests/integration/build/test_patch_apply.py,tests/integration/build/test_patch_status.py,tests/integration/build/test_seed002_patch.py,tests/integration/core/test_vllm_parser_bases.py,tests/integration/judge/test_ab.py,tests/integration/judge/test_answers_gate_live.py,tests/integration/judge/test_kv_corruption.py,tests/integration/judge/test_verify_live.py
+LONG_E2E := tests/e2e/build/test_image_cpu.py,tests/e2e/build/test_image_gpu.py,tests/e2e/build/test_supply_cpu.py,tests/e2e/build/test_supply_verify.py,tests/e2e/cli/test_demo_image.py,tests/e2e/judge/test_verify_cpu_image.py,tests/e2e/judge/test_verify_image_digest.py,tests/e2e/ops/test_ansible_fleet.py,tests/e2e/ops/test_fleet_lifecycle.py,tests/e2e/ops/test_fleet_node_faults.py,tests/e2e/ops/test_rollback_gate.py,tests/e2e/ops/test_staging.py,tests/e2e/cli/test_newcomer.py
 
 test-long: $(STAMP) ## the files holding the tests marked long, which make test leaves out (tests/README.md, Long tests)
 	$(V)/python -m lab.stages long-integration=$(LONG_INTEGRATION) long-e2e=$(LONG_E2E) -- -m ""

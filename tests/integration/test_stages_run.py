@@ -5,6 +5,8 @@ healthy stages end 0."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -107,3 +109,46 @@ def test_a_test_marked_long_runs_only_when_asked_for(tmp_path: Path) -> None:
     assert proc.stdout.splitlines()[-1] == "0 passed, 1 failed", proc.stdout[-2000:]
     proc = run(tmp_path / "whole", "mixed", pytest_args=("-m", ""))
     assert proc.stdout.splitlines()[-1] == "1 passed, 1 failed", proc.stdout[-2000:]
+
+
+LANES_CHILD = """
+import json, sys
+from pathlib import Path
+from lab import stages as st
+
+root, named = Path(sys.argv[1]), sys.argv[2]
+st.ROOT = root
+st.STAGES = {"x": ("tests",)}
+st.LANES = {"x": (("tests/test_" + named + ".py",),)}
+st.ALONE = {}
+r = st.run_stage(st.Stage("x", ("tests",)), ["-m", "not long", "-p", "no:cacheprovider", f"--rootdir={root}"])
+print(json.dumps({"code": r.returncode, "problem": r.problem}))
+"""
+
+
+@pytest.mark.parametrize(("named", "code"), [("ok", 0), ("long", 5)])
+def test_a_named_lane_that_runs_nothing_fails_and_the_lane_of_the_rest_may(
+    tmp_path: Path, named: str, code: int
+) -> None:
+    """Real lanes (pytest processes side by side) on files made here: one holds only a test marked long. As the lane
+    of the rest (the files no lane names), it runs nothing and the stage passes, as e2e's image and supply files do
+    under `make test`; as a lane LANES names, running nothing fails the stage (a lifecycle marked long by mistake
+    must not pass unseen)."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_ok.py").write_text("def test_one():\n    pass\n")
+    (tests / "test_long.py").write_text("import pytest\n\n@pytest.mark.long\ndef test_slow():\n    pass\n")
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-c", LANES_CHILD, str(tmp_path), named],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo)},  # the lanes run in tmp_path and load lab.stages as a plugin
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["code"] == code, proc.stdout[-3000:]
+    assert (result["problem"] == "") is (code == 0), result

@@ -72,6 +72,7 @@ class FaultServer:
     workdir: Path
     faults: bool = True
     profile: Profile = field(default_factory=lambda: Catalog().load(PROFILE))
+    env: dict[str, str] = field(default_factory=dict)  # on top of the plugin's: the engine's binding, for one
     server: VllmServer | None = None
 
     @property
@@ -92,10 +93,10 @@ class FaultServer:
 
     def __enter__(self) -> FaultServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        env: dict[str, str] = {}
+        env = dict(self.env)
         if self.faults:
             self.control.write_text("fault=off")
-            env = {"PYTHONPATH": str(plugin_path(self.workdir / "plugin")), "VFLEET_NUMFAULT_FILE": str(self.control)}
+            env |= {"PYTHONPATH": str(plugin_path(self.workdir / "plugin")), "VFLEET_NUMFAULT_FILE": str(self.control)}
         model = build.build(MODEL, say=lambda _: None)
         self.server = VllmServer(self.profile, model, workdir=self.workdir / "server", env=env, health_timeout_s=420)
         self.server.start()

@@ -57,6 +57,12 @@ def test_every_test_file_is_in_exactly_one_stage() -> None:
     assert {str(f): h for f, h in homes.items() if len(h) != 1} == {}
 
 
+#: How a test file marks tests long: the module's pytestmark (the whole file; on one line or a list over several), a
+#: decorator, or a parameter's marks.
+LONG_FILE = re.compile(r"^pytestmark = (?:\[[^\]]*|[^\n]*)\bpytest\.mark\.long\b", re.MULTILINE)
+LONG_MARK = re.compile(rf"{LONG_FILE.pattern}|^@pytest\.mark\.long\b|\bmarks=pytest\.mark\.long\b", re.MULTILINE)
+
+
 def test_every_long_test_is_where_make_test_long_looks_and_named_in_the_tests_page() -> None:
     """`make test-long` runs the files that hold a long test, whole and by tier; tests/README.md ("Long tests")
     names each, with what still covers its path in `make test`."""
@@ -67,11 +73,7 @@ def test_every_long_test_is_where_make_test_long_looks_and_named_in_the_tests_pa
     }
     named = {tier: set(m.group(1).split(",")) if m else set() for tier, m in listed.items()}
     page = (REPO / "tests" / "README.md").read_text().split("## Long tests", 1)[1]
-    holders = [
-        f.relative_to(REPO)
-        for f in (REPO / "tests").rglob("test_*.py")
-        if re.search(r"^@pytest\.mark\.long\b", f.read_text(), re.MULTILINE)
-    ]
+    holders = [f.relative_to(REPO) for f in (REPO / "tests").rglob("test_*.py") if LONG_MARK.search(f.read_text())]
     assert len(holders) >= 3, holders
     assert [str(f) for f in holders if f.parts[1] not in ("integration", "e2e")] == []
     assert [str(f) for f in holders if str(f) not in page] == []
@@ -129,27 +131,34 @@ def test_the_table_has_a_row_per_stage_with_its_time_and_verdict() -> None:
     assert stages.wall(59.94) == "59.9 s" and stages.wall(60) == "1 min 00 s"
 
 
-def test_the_e2e_lanes_run_side_by_side_and_every_other_file_after_them() -> None:
-    """Every e2e file is in one lane or runs alone, never both; the named lanes are all run side by side (no
-    file is left over for a lane of the rest). The demo image's boot-verify of the real model runs alone after
-    them, and test_newcomer, which stops dockerd, last."""
+ANSWERS_GATE = "tests/integration/judge/test_answers_gate_live.py"
+
+
+def test_the_e2e_lanes_run_the_two_required_walks_side_by_side_and_every_other_file_is_long() -> None:
+    """e2e's lanes: the lifecycle in one, the answers gate (an integration file) and the stand-in scenarios in the
+    other; every other e2e file is in the lane of the rest or runs alone, never both, and each of those is long as a
+    whole (make test runs none of it). The demo image runs alone after them, and test_newcomer, which stops
+    dockerd, last."""
     from lab import stages as st
 
     (stage,), _ = st.parse_args(["e2e"])
     lanes, alone = st._lanes(stage)
-    assert len(lanes) == len(st.LANES["e2e"]) and all(lanes), lanes
+    assert len(lanes) == len(st.LANES["e2e"]) + 1 and all(lanes), lanes
+    assert lanes[0] == ("tests/e2e/ops/test_fleet_lifecycle.py",) and lanes[1][0] == ANSWERS_GATE, lanes
     files = [p for lane in lanes for p in lane] + list(alone)
     assert len(files) == len(set(files)), files
-    assert set(files) == {str(f.relative_to(st.ROOT)) for f in (st.ROOT / "tests/e2e").rglob("test_*.py")}
+    e2e = {str(f.relative_to(st.ROOT)) for f in (st.ROOT / "tests/e2e").rglob("test_*.py")}
+    assert set(files) == e2e | {ANSWERS_GATE}, set(files) ^ (e2e | {ANSWERS_GATE})
     assert alone == ("tests/e2e/cli/test_demo_image.py", "tests/e2e/cli/test_newcomer.py")
+    assert [p for p in [*lanes[-1], alone[1]] if not LONG_FILE.search((st.ROOT / p).read_text())] == []
     (unit,), _ = st.parse_args(["unit"])
     assert st._lanes(unit) == ([], ())
 
 
 def test_the_integration_lanes_take_every_file_once_and_leave_the_ab_tests_alone() -> None:
     """Every file of the integration stage, the single file it names included, is in one lane or runs alone;
-    the files no lane names form one more lane; the A/B tests, which measure latency, and the answers gate on
-    the real model, which does not share the cores (lab/stages.py), run alone after the lanes."""
+    the files no lane names form one more lane; the A/B tests, which measure latency, run alone after the lanes.
+    The answers gate, which e2e runs beside the lifecycle (lab/stages.py), is in none of them."""
     from lab import stages as st
 
     (stage,), _ = st.parse_args(["integration"])
@@ -162,10 +171,49 @@ def test_the_integration_lanes_take_every_file_once_and_leave_the_ab_tests_alone
         for folder in ("tests/integration", "tests/kernels")
         for f in (st.ROOT / folder).rglob("test_*.py")
     } | {"tests/test_seed002_metadata_reuse.py"}
-    assert set(files) == want, set(files) ^ want
-    assert alone == ("tests/integration/judge/test_answers_gate_live.py", "tests/integration/judge/test_ab.py")
+    assert ANSWERS_GATE in want
+    assert set(files) == want - {ANSWERS_GATE}, set(files) ^ (want - {ANSWERS_GATE})
+    assert alone == ("tests/integration/judge/test_ab.py",)
     assert "tests/integration/judge/test_alerts.py" in lanes[-1]
     assert all((st.ROOT / p).is_file() for tier in ("integration", "e2e") for lane in st.LANES[tier] for p in lane)
+
+
+@pytest.mark.parametrize(
+    ("text", "long"),
+    [
+        ("@pytest.mark.long\ndef test_x() -> None: ...\n", True),
+        ("pytestmark = [pytest.mark.slow, pytest.mark.long]  # why\n", True),
+        ('pytestmark = [\n    pytest.mark.filterwarnings("ignore::X"),\n    pytest.mark.long,\n]\n', True),
+        ("pytestmark = [pytest.mark.slow]\nLONG = pytest.mark.long\n", False),
+        ("TREES = [A, pytest.param(B, marks=pytest.mark." + "long)]\n", True),  # split: this file marks nothing
+        ("pytestmark = pytest.mark.slow\n", False),
+        (
+            '    text = """\n        @pytest.mark.long\n        def test_x(): ...\n"""\n',
+            False,
+        ),  # a test file in a string
+    ],
+)
+def test_long_marks_are_found_in_each_form_a_file_uses(text: str, long: bool) -> None:
+    assert bool(LONG_MARK.search(text)) is long
+
+
+@pytest.mark.parametrize(
+    ("returncode", "counts", "may_be_empty", "code"),
+    [
+        (5, Counts(), True, 0),  # the lane of the rest: every test of its files deselected by the marks
+        (5, Counts(), False, 5),  # a named lane (the lifecycle's) that ran nothing fails its stage
+        (5, None, True, 5),  # no counts: pytest did not get as far as its summary
+        (1, Counts(collected=3, passed=2, failed=1), True, 1),
+        (0, Counts(collected=3, passed=3), False, 0),
+        (5, Counts(collected=0, failed=1), True, 5),  # a collection error
+    ],
+)
+def test_only_the_lane_of_the_rest_and_the_alone_files_may_run_nothing(
+    returncode: int, counts: Counts | None, may_be_empty: bool, code: int
+) -> None:
+    from lab import stages as st
+
+    assert st._code(returncode, counts, may_be_empty=may_be_empty) == code
 
 
 def test_a_file_the_stage_names_itself_runs_in_the_lane_of_the_rest_when_no_lane_takes_it(

@@ -31,7 +31,7 @@ from vfleet.images import ROOT
 from vfleet.profiles import Catalog
 from vfleet.render import DockerRun, docker_run_argv
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # the whole file: make test-long (tests/README.md, Long tests)
 BOOT_TIMEOUT = 420
 
 

@@ -22,7 +22,7 @@ from support.images import dk, drop_context, inspect, make_context, remove_image
 from vfleet import images
 from vfleet.dockerd import ensure_dockerd
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # the whole file: make test-long (tests/README.md, Long tests)
 SITE = "/usr/local/lib/python3.12/dist-packages"
 
 

@@ -19,7 +19,7 @@ from vfleet.dockerd import ensure_dockerd
 from vfleet.supply.identity import resolve
 from vfleet.supply.store import SBOM, VULNS, envelope_path, record_dir
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # the whole file: make test-long (tests/README.md, Long tests)
 
 
 def test_cpu_build_is_recorded_signed_and_verifies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

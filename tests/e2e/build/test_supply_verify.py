@@ -27,7 +27,7 @@ from vfleet.supply.attest import attest_build, sign_image
 from vfleet.supply.identity import resolve
 from vfleet.supply.store import SBOM, STATEMENT, envelope_path, record_dir
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # the whole file: make test-long (tests/README.md, Long tests)
 REF_A = "vfleet-supply-test:a"
 REF_B = "vfleet-supply-test:b"
 

@@ -18,7 +18,7 @@ from lab.docker import ids_by_label
 from lab.testfleet import LABEL
 from vfleet.dockerd import PID_FILE, daemon_up, ensure_dockerd
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # the whole file: make test-long (tests/README.md, Long tests)
 
 
 def _stop_dockerd(timeout: float = 120) -> None:

@@ -26,7 +26,7 @@ from vfleet.server import ContainerServer, free_port
 from vfleet.verify.client import status_of
 from vfleet.waiting import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # the whole file: make test-long (tests/README.md, Long tests)
 PROFILE = "tiny/cpu"
 
 

@@ -39,7 +39,7 @@ from vfleet.dockerd import ensure_dockerd
 from vfleet.host import ensure_binary
 from vfleet.server import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # the whole file: make test-long (tests/README.md, Long tests)
 LABEL = "org.vfleet.test=verify-image-digest"
 DEAD_URL = "http://127.0.0.1:9"
 

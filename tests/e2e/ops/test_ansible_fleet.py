@@ -309,6 +309,7 @@ def test_health_timeout_rolls_the_canary_back(ctx: Ctx) -> None:
         assert ctx.snapshot()[n] == before[n]
 
 
+@pytest.mark.long  # about 2 min on 2 cores: make test-long (tests/README.md, Long tests)
 @pytest.mark.injected_fault
 def test_failure_in_second_batch_stops_the_rollout(ctx: Ctx) -> None:
     """Canary n1, then batches of one: n2 (batch 1), n3 (batch 2, boot-verify fails there), n4 never."""

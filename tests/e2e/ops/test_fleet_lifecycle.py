@@ -12,11 +12,14 @@ generator sends steady streaming completions through the balancer for the whole 
 
   the supply-chain gate refuses A unsigned, then A with its SBOM changed after signing (no node pulls)
   -> deploy A, signed -> roll out B -> roll back (to A, through the gates) -> verify
-  -> a rollout of A stopped at node 2, whose copy of the weights is altered, before its drain; a verify that
-     says the same; rollouts limited to node 2 stopped the same way by a truncated shard, an extra file, a missing
-     tokenizer file and another model revision -> re-run A (no-op: node 2's weights, put back, pass)
-  -> roll out B with the canary killed during its swap -> recovery (start it again, roll out A)
+  -> [long] a rollout of A stopped at node 2, whose copy of the weights is altered, before its drain; a verify
+     that says the same; rollouts limited to node 2 stopped the same way by a truncated shard, an extra file, a
+     missing tokenizer file and another model revision -> re-run A (no-op: node 2's weights, put back, pass)
+  -> [long] roll out B with the canary killed during its swap -> recovery (start it again, roll out A)
   -> a verify that must catch a fault printed during its own traffic.
+
+Three tests on one fleet, in this order. `make test` runs the first and the last (the walk under load); the middle
+one, marked long, runs in `make test-long` (tests/README.md, "Long tests") and leaves the fleet on A as it found it.
 
 (A third build and a second rollout, B then C, walked the rollout path twice; one rollout and one
 rollback walk every play, and the suite's time goes to paths not yet walked.)
@@ -65,7 +68,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         os.environ.get("VFLEET_SKIP_LIFECYCLE") == "1",
-        reason="VFLEET_SKIP_LIFECYCLE=1: the real-image fleet lifecycle (about 15 min on 2 cores) is skipped",
+        reason="VFLEET_SKIP_LIFECYCLE=1: the real-image fleet lifecycle (about 20 min on 2 cores alone) is skipped",
     ),
 ]
 PROFILE = "tiny/cpu"
@@ -74,6 +77,7 @@ PROFILE = "tiny/cpu"
 #: walked on the 4-node stand-in fleet (tests/e2e/ops/test_ansible_fleet.py).
 NODES = 2
 BUILDS = {"B": "vfleet-cpu-lifecycle:build-b"}
+UNSIGNED = ("--allow-unsigned",)  # B has no build record to sign; the test fleet allows it
 FIGURES: dict[str, Any] = {"wall_s": {}, "nodes": {}, "requests": {}}
 #: The lab's command line, as `make rollout FLEET=...` and `make fleet-stage` run it: from the checkout's root.
 LAB = [sys.executable, "-m", "lab"]
@@ -419,10 +423,10 @@ def _refused_before_any_pull(life: Lifecycle, proc: subprocess.CompletedProcess[
 
 
 @pytest.mark.timeout(3600)
-def test_lifecycle_under_live_traffic(life: Lifecycle, capsys: pytest.CaptureFixture[str]) -> None:
-    n1, n2 = life.names  # the canary, then a batch
+def test_walk_under_live_traffic(life: Lifecycle) -> None:
+    """Steps 0-4: the supply-chain gate, deploy A, the client streams start, roll out B, roll back, verify."""
+    n1 = life.names[0]  # the canary, then a batch
     ref_a = life.refs["A"]
-    unsigned = ["--allow-unsigned"]  # B has no build record to sign; the test fleet allows it
 
     # 0. The supply-chain gate, on the real image and the real run, before any node holds an image:
     # A was staged unsigned, so the rollout stops before the pull; signed, but with its SBOM changed
@@ -473,7 +477,7 @@ def test_lifecycle_under_live_traffic(life: Lifecycle, capsys: pytest.CaptureFix
     assert life.load.counts()["completed"] > 0, f"no request got through the balancer: {life.load.problems()}"
 
     # 2. Roll out B (the canary, then the batch), unchecked by the gate, which says so.
-    proc = life.fleet_cmd("rollout_B", "rollout", "--image", life.refs["B"], *unsigned, verbose=True)
+    proc = life.fleet_cmd("rollout_B", "rollout", "--image", life.refs["B"], *UNSIGNED, verbose=True)
     _ok(proc, "rollout B")
     unchecked = "supply chain: the signature, SBOM and provenance of the image are not verified"
     assert f"NOT CHECKED: {unchecked}" in " ".join(proc.stdout.split()), proc.stdout[-3000:]
@@ -510,6 +514,15 @@ def test_lifecycle_under_live_traffic(life: Lifecycle, capsys: pytest.CaptureFix
     for rep in reports:
         assert rep["image"]["digest"] == a_digest, rep["image"]
 
+
+@pytest.mark.long  # about 6 min on 2 cores: make test-long (tests/README.md, Long tests)
+@pytest.mark.timeout(1800)
+def test_weights_faults_and_a_killed_canary_under_live_traffic(life: Lifecycle) -> None:
+    """Steps 5-8, on the fleet the walk left on A, the client streams still running: each weights fault of issue 34
+    stops a rollout at node 2 before its drain; the canary killed during its swap, then its recovery."""
+    n1, n2 = life.names
+    ref_a = life.refs["A"]
+    assert life.load is not None, "the walk did not start the client streams"
     # 5. A node whose weights are not the promoted ones (issue 34): one byte of node 2's copy of the model flipped
     # in place. The rollout of A, which node 1 passes as a no-op, stops at node 2 before its drain, naming the
     # file and both digests; node 2 goes on serving A in the pool. With the file put back, the re-run below is
@@ -552,7 +565,7 @@ def test_lifecycle_under_live_traffic(life: Lifecycle, capsys: pytest.CaptureFix
     # flight on it): the run fails non-zero before any other node is touched, and node 1's record
     # says what it ran and what it was moving to.
     before = life.snapshot()
-    bg = life.fleet_cmd("rollout_B_canary_killed", "rollout", "--image", life.refs["B"], *unsigned, background=True)
+    bg = life.fleet_cmd("rollout_B_canary_killed", "rollout", "--image", life.refs["B"], *UNSIGNED, background=True)
     assert isinstance(bg, subprocess.Popen)
     t0 = time.monotonic()
     killed_at = _kill_during_swap(life, n1, before[n1])
@@ -582,6 +595,14 @@ def test_lifecycle_under_live_traffic(life: Lifecycle, capsys: pytest.CaptureFix
     life.keep_node_figures("recovery_rollout_A")
     FIGURES["killed_at_unix"] = killed_at
 
+
+@pytest.mark.timeout(1800)
+def test_verify_catches_a_fault_in_its_own_traffic_and_the_walk_lost_nothing(
+    life: Lifecycle, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Step 9 and the end of the walk: the fleet page, no secret anywhere, every client request answered."""
+    n2 = life.names[1]
+    assert life.load is not None, "the walk did not start the client streams"
     # 9. Boot-verify reads the log after its own traffic: a fault printed while it runs fails it.
     # Injected fault: vLLM on a CPU cannot be made to raise a real CUDA fault, so a line of one is
     # written to the serving container's stdout while boot-verify's load runs on node 2.

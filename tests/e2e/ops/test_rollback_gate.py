@@ -22,7 +22,8 @@ from support.supply import make_key, write_deploy_record
 
 from vfleet.dockerd import ensure_dockerd
 
-pytestmark = pytest.mark.slow  # ansible-playbook runs, about 10 s each
+# ansible-playbook runs, about 10 s each
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # the whole file: make test-long (tests/README.md, Long tests)
 
 
 @pytest.fixture(autouse=True, scope="module")

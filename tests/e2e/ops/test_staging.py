@@ -20,6 +20,7 @@ from vfleet.errors import VfleetError
 from vfleet.server import ServerError
 from vfleet.staging import Candidate, stage
 
+pytestmark = pytest.mark.long  # the whole file: make test-long (tests/README.md, Long tests)
 VFLEET = [sys.executable, "-m", "vfleet"]
 
 

@@ -218,6 +218,7 @@ def test_local_build_suffix_is_the_same_release(tree: Path) -> None:
     assert apply_mod.verify(tree) == []
 
 
+@pytest.mark.long  # imports the patched vLLM modules twice, about 1 min on 2 cores: make test-long (tests/README.md)
 def test_verify_import_check_imports_the_patched_modules_and_names_one_that_fails(base: Path, tmp_path: Path) -> None:
     """The image build's `verify --import-check` on a whole (Python-only) copy of the base: the patched modules
     import from the tree itself; a patched module that compiles but does not import fails the check by name."""

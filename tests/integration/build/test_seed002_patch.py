@@ -83,7 +83,12 @@ def apply_patch(site: Path, patch: Path, *, dry_run: bool = False) -> subprocess
     return subprocess.run(argv, cwd=site, capture_output=True, text=True, check=False)
 
 
-@pytest.fixture(scope="module", params=BASES)
+#: The default base under `make test`; each later base's tree (fetched, patched, its cases run: 80 s or so on 2 cores)
+#: under `make test-long` (tests/README.md, Long tests).
+TREES = [DEFAULT, *(pytest.param(v, marks=pytest.mark.long) for v in BASES[1:])]
+
+
+@pytest.fixture(scope="module", params=TREES)
 def base(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

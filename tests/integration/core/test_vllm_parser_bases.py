@@ -19,7 +19,10 @@ from vfleet.pins import load as load_pins
 from vfleet.profiles import Catalog
 from vfleet.vllm_tree import parse_with_tree
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.long,
+]  # the whole file: make test-long (tests/README.md, Long tests)
 PINS = load_pins(REPO / "versions.json")
 OTHER = [b for b in PINS.bases if b != PINS.vllm_version]
 

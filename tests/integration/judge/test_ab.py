@@ -446,6 +446,7 @@ def _common(out: Path, rounds: int) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # two servers and a measured A/A run, about 2 min: make test-long (tests/README.md)
 def test_aa_run_on_a_real_server_is_inconclusive(servers: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "aa"
     t0 = time.monotonic()
@@ -476,6 +477,7 @@ def test_aa_run_on_a_real_server_is_inconclusive(servers: dict[str, Any], tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.long  # about 40 s on 2 cores: make test-long (tests/README.md, Long tests)
 def test_known_slowdown_is_found_worse(servers: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "ab"
     t0 = time.monotonic()

@@ -18,7 +18,7 @@ import pytest
 from kvcorrupt.harness import CorruptingServer
 from kvcorrupt.vfleet_kvcorrupt import parse
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # the whole file: make test-long (tests/README.md, Long tests)
 
 CLEAN_TRIALS = 4
 CORRUPTIONS = (

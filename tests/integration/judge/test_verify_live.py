@@ -556,6 +556,7 @@ def test_integrity_probe_catches_corrupted_cache_hits(healthy: VllmServer, tmp_p
         assert "the cache_salt reference hit" in msg and "(expected 0: it must be computed on fresh blocks)" in msg
 
 
+@pytest.mark.long  # two server boots, about 85 s on 2 cores: make test-long (tests/README.md, Long tests)
 @pytest.mark.injected_fault
 @pytest.mark.parametrize("mode", ["once", "once-miss"])
 def test_a_departure_that_does_not_repeat_passes_only_over_the_same_cached_blocks(
@@ -637,6 +638,7 @@ def _state(pid: int) -> str:
     return stat[stat.rfind(")") + 2 :].split()[0]
 
 
+@pytest.mark.long  # about 45 s on 2 cores: make test-long (tests/README.md, Long tests)
 def test_server_fixture_bounds_the_health_wait_and_kills_children(model_dir: Path, tmp_path: Path) -> None:
     # A second --port after ours wins, so the server listens where the health wait never looks: the
     # wait must give up at its bound however fast the machine boots vLLM. The bound leaves a loaded
