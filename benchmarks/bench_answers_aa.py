@@ -3,7 +3,11 @@ times; on each boot what boot-verify records (the derived set at the spec's conc
 `reference_logprobs`). Every pair of boots is judged with `verdict.judge` as promotion judges a candidate
 against its baseline; a pair the verdict refuses is a false alarm.
 
-    .venv/bin/python benchmarks/bench_answers_aa.py --boots 21 --calibrate 3 [--factor 2] [--out DIR]
+    .venv/bin/python benchmarks/bench_answers_aa.py --boots 21 --calibrate 3 [--factor 2] [--out DIR] [--omp-bind 0,1]
+
+--omp-bind CORES binds boot i's engine to CORES[i % len(CORES)] (VLLM_CPU_OMP_THREADS_BIND): with `0,1`, every
+consecutive pair is one boot on core 0 against one on core 1, the way a baseline promoted with one binding meets a
+candidate verified with another (the answers gate in `make test` binds its engine to the last core).
 
 The drift allowance is derived (`allowance_from_aa`, FACTOR x the largest value of each metric) twice:
 - the profile's: from every pair of every boot, the figures a profile declares (printed with `measured_by`);
@@ -50,10 +54,12 @@ def boots(qset: QuestionSet, spec: AnswersSpec, args: argparse.Namespace) -> lis
 
 def boot(i: int, qset: QuestionSet, spec: AnswersSpec, args: argparse.Namespace) -> None:
     t0 = time.monotonic()
-    with FaultServer(args.out / f"boot{i}", faults=False) as server:
+    env = {"VLLM_CPU_OMP_THREADS_BIND": args.omp_bind[i % len(args.omp_bind)]} if args.omp_bind else {}
+    with FaultServer(args.out / f"boot{i}", faults=False, env=env) as server:
         boot_s = time.monotonic() - t0
         run = answers_run(server.client(), qset, spec)
-    (args.out / f"boot{i}.json").write_text(json.dumps({**run.as_dict(), "boot_s": round(boot_s, 1)}) + "\n")
+    record = {**run.as_dict(), "boot_s": round(boot_s, 1), "omp_bind": env.get("VLLM_CPU_OMP_THREADS_BIND", "default")}
+    (args.out / f"boot{i}.json").write_text(json.dumps(record) + "\n")
     a = run.answers
     print(f"boot {i}: {a.right}/{len(a.items)} right, {len(a.errors)} errors, {run.seconds:.0f} s", flush=True)
 
@@ -100,6 +106,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=REPO / ".cache/bench/answers-aa")
     ap.add_argument("--per-lock", type=int, default=3, help="boots to one hold of the heavy lock")
     ap.add_argument("--lock", type=Path, default=Path("/tmp/vfleet-heavy.lock"))
+    ap.add_argument(
+        "--omp-bind", type=lambda v: v.split(","), default=[], metavar="CORES", help="boot i's engine on CORES[i %% n]"
+    )
     args = ap.parse_args()
     args.out = args.out.resolve()  # the server runs in its own directory: a relative --out would name another place
     if not 2 <= args.calibrate < args.boots - 1:
@@ -121,7 +130,8 @@ def main() -> int:
         "set": qset.name, "set_sha256": qset.sha256, "boots": args.boots, "calibrate": args.calibrate,
         "factor": args.factor, "command": command, "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "per_boot": [
-            {"boot": k, "right": r.answers.right, "items": len(r.answers.items), "errors": len(r.answers.errors),
+            {"boot": k, "omp_bind": args.omp_bind[k % len(args.omp_bind)] if args.omp_bind else "vLLM default",
+             "right": r.answers.right, "items": len(r.answers.items), "errors": len(r.answers.errors),
              "seconds": r.seconds}
             for k, r in enumerate(runs)
         ],
