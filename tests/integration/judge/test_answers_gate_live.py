@@ -48,8 +48,9 @@ FAULT = "fault=scale,layers=15,strength=0.1"
 #: Both boots' engines on the machine's last core. `make test` runs this file beside the fleet lifecycle
 #: (lab/stages.py, LANES), whose nodes' engines vLLM's default binding puts on core 0, leaving the last core to the
 #: front ends; on core 0 beside other lanes a boot-verify here ran five times as long (lab/stages.py). Both boots bind
-#: the same way, so every comparison here is like with like; the profile's drift allowance was measured with vLLM's
-#: default binding, one OpenMP thread as here (that one thread's results on another core are not measured apart).
+#: the same way, so every comparison here is like with like. The profile's drift allowance was measured with vLLM's
+#: default binding (core 0), one OpenMP thread as here; boots on core 0 and core 1 gave bit-identical numbers
+#: (benchmarks/results/2026-12-07-answers-aa-binding.md), so the allowance holds for this binding too.
 ENGINE_CPU = {"VLLM_CPU_OMP_THREADS_BIND": str(max(os.sched_getaffinity(0)))}
 
 
