@@ -7,13 +7,24 @@ each conftest re-exports these two names from here and the import means the same
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def load_file_module(rel: str, name: str) -> ModuleType:
+    """A Python file of the checkout that is no package module (an Ansible module or plugin), imported as NAME."""
+    spec = importlib.util.spec_from_file_location(name, REPO / rel)
+    assert spec is not None and spec.loader is not None, rel
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 class ConfigTree:

@@ -39,7 +39,7 @@ COMMAND_LINE = "command line"
 #: guard.yml has the same pattern; tests/integration/ops/test_fleet_switches.py checks that it covers every such name.
 INTERNAL_PARTS = (
     r"^(vfleet(_node|_lb)?__|vfleet_(plan|rows|ok_fact|ok_what|lock_for)$|vfleet_node_status$",
-    r"|vfleet_lb_(in_pool|status|drain|servers?|address|port)$)",
+    r"|vfleet_lb_(in_pool|pool|status|drain|servers?|address|port)$)",
 )
 INTERNAL_RE = re.compile("".join(INTERNAL_PARTS))
 #: The playbooks whose runs read the inventory first, and the group a run targets by default.

@@ -363,8 +363,26 @@ def _ok(proc: subprocess.CompletedProcess[str] | subprocess.Popen[str], what: st
     """The step passed; if not, the message leads with the lines that say why (the whole output is in
     .cache/fleet/lifecycle-logs/STEP.log), then the output's end."""
     assert isinstance(proc, subprocess.CompletedProcess)
-    why = [line for line in proc.stdout.splitlines() if line.startswith(("fatal:", "failed:")) or "FAILED!" in line]
-    assert proc.returncode == 0, f"{what} failed:\n" + "\n".join(why)[-4000:] + f"\n...\n{proc.stdout[-3000:]}"
+    assert proc.returncode == 0, f"{what} failed:\n" + _why(proc.stdout)[-6000:] + f"\n...\n{proc.stdout[-3000:]}"
+
+
+def _why(stdout: str) -> str:
+    """Each failed task's line with the indented lines after it (the YAML callback prints the task's msg, stdout and
+    stderr there), and every line that names a node's failed or unchecked verify. (A CI run once showed only the
+    bare `fatal: ... FAILED! =>` lines, and with them not why a node's boot-verify failed.)"""
+    lines = stdout.splitlines()
+    kept: list[str] = []
+    for i, line in enumerate(lines):
+        if line.startswith(("fatal:", "failed:")) or "FAILED!" in line:
+            block = [line]
+            for nxt in lines[i + 1 : i + 80]:
+                if nxt and not nxt.startswith(" "):
+                    break
+                block.append(nxt)
+            kept.append("\n".join(block))
+        elif any(mark in line for mark in ("boot-verify FAILED", "NOT VERIFIED", "boot-verify FAIL:")):
+            kept.append(line)
+    return "\n".join(kept)
 
 
 def _kill_during_swap(life: Lifecycle, node: str, before_id: str, timeout: float = 600) -> float:
@@ -652,6 +670,30 @@ def test_verify_catches_a_fault_in_its_own_traffic_and_the_walk_lost_nothing(
     assert total["failed"] == 0 and total["truncated"] == 0 and total["empty"] == 0, traffic["problems"]
     assert total["completed"] == total["sent"], total
     assert set(traffic["by_backend"]) == set(life.names), traffic["by_backend"]
+
+
+def test_verify_never_takes_the_last_node_out_of_the_pool(life: Lifecycle) -> None:
+    """Step 10: node 2 stays out of the pool after its failed verify, so node 1 is the last node in it. A fleet
+    verify of both does not drain node 1 (NOT VERIFIED, still serving: the run fails naming it) and verifies the
+    held node 2 where it is; two client streams lose nothing. (A CI run, 2026-12-07: node 1 failed its verify and
+    stayed out, node 2 was drained next, and the clients got 33 answers 503.)"""
+    n1, n2 = life.names
+    assert life.lb_status() == {n1: "UP", n2: "MAINT"}, life.lb_status()
+    api_key = life.fleet.api_key_file.read_text().strip()
+    load = LoadGen(url=life.fleet.lb_url, model="tiny", api_key=api_key, concurrency=2, pause_s=0.5, max_tokens=16)
+    load.start()
+    try:
+        proc = life.fleet_cmd("verify_keeps_the_last_node", "verify")
+    finally:
+        load.stop()
+    text = " ".join(proc.stdout.split())
+    assert proc.returncode != 0, "fleet verify passed with a node it could not take out of the pool"
+    refused = f"{n1}: NOT VERIFIED: not taken out of the pool, since it is the last node in the pool (out of it: {n2})"
+    assert refused in text, _why(proc.stdout)[-4000:]
+    assert "held by failed verify run" in text, proc.stdout[-3000:]
+    assert life.lb_status()[n1] == "UP", life.lb_status()
+    total = load.summary()["total"]
+    assert total["completed"] > 0 and total["failed"] == 0, load.summary()["problems"]
 
 
 def _inject_fault_during_verify(life: Lifecycle, node: str, injected: dict[str, Any]) -> None:

@@ -8,15 +8,14 @@ the e2e fleet tests (tests/e2e/ops/test_fleet_lifecycle.py, tests/e2e/ops/test_a
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from support.repo import load_file_module
 
-LIBRARY = Path(__file__).resolve().parents[3] / "ansible" / "roles" / "vfleet_node" / "library" / "vfleet_node_state.py"
+LIBRARY = "ansible/roles/vfleet_node/library/vfleet_node_state.py"
 ZOMBIE_ERR = (
     "Error response from daemon: cannot stop container: vfleet-serve: container 595dd4ede703 PID 428 is zombie and "
     "can not be killed. Use the --init option when creating containers to run an init inside the container that "
@@ -34,11 +33,7 @@ class Module:
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("vfleet_node_state_under_test", LIBRARY)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file_module(LIBRARY, "vfleet_node_state_under_test")
 
 
 def _docker(stop_err: str, statuses: list[str]) -> tuple[list[list[str]], Any]:
