@@ -30,7 +30,8 @@ def test_the_nodes_failed_by_this_run_count_against_the_bound() -> None:
     n3 would still serve; with a bound of 2 it may."""
     srv = servers(n1="MAINT", n2="UP", n3="UP")
     why = refusal(["n2"], "n2", srv, left_out=["n1"])
-    assert "1 node(s) this run failed stay out of the pool (n1)" in why and "vfleet_verify_max_out_of_pool (1)" in why
+    assert "1 node(s) this run failed stay out of the pool (n1)" in why, why
+    assert "vfleet_verify_max_out_of_pool (1; --max-out-of-pool N)" in why, why
     assert refusal(["n2"], "n2", srv, max_out=2, left_out=["n1"]) == ""
 
 

@@ -52,7 +52,8 @@ def pool_refusal(
     if rank >= budget:
         return (
             f"{len(left_out)} node(s) this run failed stay out of the pool ({', '.join(left_out)}), and taking "
-            f"{host} out too would put more than vfleet_verify_max_out_of_pool ({int(max_out)}) out at once"
+            f"{host} out too would put more than vfleet_verify_max_out_of_pool ({int(max_out)}; --max-out-of-pool N) "
+            "out at once"
             if left_out
             else f"this batch already takes vfleet_verify_max_out_of_pool ({int(max_out)}) node(s) out"
         )
