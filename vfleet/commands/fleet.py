@@ -55,7 +55,8 @@ def add_parser(sub: Any, name: str) -> argparse.ArgumentParser:
                 type=int,
                 metavar="N",
                 help="nodes out of the balancer's pool at once, each drained, verified and put back (default: "
-                "vfleet_verify_max_out_of_pool of ansible/roles/vfleet/defaults/main.yml, 1)",
+                "vfleet_verify_max_out_of_pool of ansible/roles/vfleet/defaults/main.yml, 1); a node that failed "
+                "stays out and counts against it, and the last node in the pool is never taken out",
             )
             q.add_argument(
                 "--break-lock",
