@@ -188,6 +188,12 @@ def _integrity(report: dict[str, Any]) -> dict[str, Any]:
                 f"not again over {_fmt(q.get('cached_answers'), 'd')} asks)"
                 if q.get("first_ask_gap") is not None
                 else ""
+            )
+            + (
+                f" (its cached answer departed by {_fmt(q['hit_path_gap'], '.4g')} nats on every ask, as a cache "
+                "hit over fresh blocks did: the hit path's rounding)"
+                if q.get("hit_path_gap") is not None
+                else ""
             ),
             "noise": _fmt(q.get("noise"), ".4g"),
             "gap": _fmt(q.get("max_gap"), ".4g"),

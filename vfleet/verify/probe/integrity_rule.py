@@ -18,7 +18,10 @@ logits. The salted answers measure that noise now:
   pair may by chance show no noise), and the probe is judged again over every pair;
 - where the floor is still 0, a departing question's cached prompt is asked again (it must hit the same
   whole cached prefix): damage stored in cached blocks answers the same way on every ask of a server
-  with no noise, so a departure of at most ``noise_bound`` that a repeat does not show is not a fault.
+  with no noise, so a departure of at most ``noise_bound`` that a repeat does not show is not a fault;
+- and where a departure does repeat, a salted copy of the prompt is asked twice: the second ask hits its own
+  fresh blocks and computes the same uncached tail as the cached ask. A cached answer that agrees with it
+  departs by how the cache-hit path rounds, not by what the cycled blocks hold.
 
 No right answer is needed, so this works for a model with random weights.
 """
@@ -156,6 +159,12 @@ def _within(cmp: dict[str, Any], allowed: float, floor: float) -> bool:
     return cmp["first_diff_position"] is None or floor > 0
 
 
+def _plain(a: Answer, b: Answer, tolerance: float) -> dict[str, Any]:
+    cmp = compare_answers(a, b, tolerance)
+    cmp.pop("ok")
+    return cmp
+
+
 def noise_of(salted: list[Answer]) -> dict[str, Any]:
     """The noise of one question: its salted answers compared pairwise as the cached one is compared with
     them; the largest gap of any pair, and the earliest differing token of any pair."""
@@ -175,6 +184,7 @@ def judge_probe(
     noise_factor: float,
     noise_bound: float,
     repeats: list[list[Answer]] | None = None,
+    hit_paths: list[list[Answer]] | None = None,
 ) -> dict[str, Any]:
     """The integrity rule over one probe's questions, each (cached answer, its salted answers: two, or
     more after confirmation rounds).
@@ -191,6 +201,12 @@ def judge_probe(
        show again was not damage stored in the cached blocks, which on a server with no noise answers
        the same way every time. The question passes when a repeat is within the allowance and the first
        departure is within ``noise_bound``; a larger departure that does not repeat is still a mismatch.
+    5. ``hit_paths`` (per question: a salted copy of the prompt asked twice, the second ask, which hit the
+       same number of tokens of its own fresh blocks as the cached ask did of the cycled ones): a cached
+       answer that departs from the salted answers (computed whole) but agrees within the allowance with
+       such an answer (computed as a cache hit, over blocks no filler has touched) departs by the hit path's
+       rounding: the question passes when that departure is within ``noise_bound``. Damage stored in the
+       cycled blocks is not in the fresh ones, so it still departs from both.
 
     Returns {"floor", "allowance", "questions": [one dict per question, verdict "ok" | "mismatch" |
     "too noisy"]}; the caller decides what a "too noisy" question does to the verdict (production fails).
@@ -213,8 +229,9 @@ def judge_probe(
     out: list[dict[str, Any]] = []
     for i, ((cached, salted), noise) in enumerate(zip(questions, noises, strict=True)):
         again = list(repeats[i]) if repeats else []
+        paths = list(hit_paths[i]) if hit_paths else []
         k, cmp = nearest(cached, salted)
-        repeated: dict[str, Any] = {"cached_answers": 1 + len(again), "first_ask_gap": None}
+        repeated: dict[str, Any] = {"cached_answers": 1 + len(again), "first_ask_gap": None, "hit_path_gap": None}
         if noise["gap"] > noise_bound:
             verdict = "too noisy"
         elif _within(cmp, allowed, floor):
@@ -228,6 +245,12 @@ def judge_probe(
                 # The first ask departed, a repeat over the same cached blocks did not: not stored damage.
                 repeated["first_ask_gap"] = cmp["max_gap"]
                 (k, cmp), verdict = passing[0], "ok"
+            agreeing = [c for c in (_plain(cached, h, tolerance) for h in paths) if _within(c, allowed, 0.0)]
+            repeated["hit_paths_agreeing"] = len(agreeing)
+            if verdict == "mismatch" and agreeing and cmp["max_gap"] <= noise_bound:
+                # The departure repeats, and a cache hit over fresh blocks departs the same way: the path's rounding.
+                repeated["hit_path_gap"] = cmp["max_gap"]
+                verdict = "ok"
         out.append(
             {
                 "index": i,
@@ -251,6 +274,7 @@ def judge_with_rounds(
     spec: IntegritySpec,
     more: Callable[[int, int], list[Answer]],
     again: Callable[[int, int], Answer | None] | None = None,
+    hit_path: Callable[[int, int], Answer | None] | None = None,
 ) -> tuple[dict[str, Any], int]:
     """judge_probe with confirmation rounds: one salted pair shows the noise only when its two requests ran
     in batches that round differently, which under traffic is about half the time (docs/boot-verify.md).
@@ -263,9 +287,13 @@ def judge_with_rounds(
     also asked again (``again(question index, round)``: an Answer that hit the same whole cached prefix,
     else None, which does not count). Damage stored in the cached blocks answers the same way on every
     ask, so it departs again; a one-off departure of at most ``noise_bound`` does not (judge_probe, step
-    4). Returns (judgement, rounds taken); ``asked`` grows by the new salted answers, and
-    ``judgement["repeats"]`` holds each question's repeated cached answers."""
+    4). A question whose departure a repeat shows again also gets ``hit_path(question index, round)``: a salted
+    copy asked twice, the second answer (it hit as many tokens of its fresh blocks as the cached ask did),
+    else None (judge_probe, step 5). Returns (judgement, rounds taken); ``asked`` grows by the new salted
+    answers, ``judgement["repeats"]`` holds each question's repeated cached answers and
+    ``judgement["hit_paths"]`` its hit-path answers."""
     repeats: list[list[Answer]] = [[] for _ in asked]
+    paths: list[list[Answer]] = [[] for _ in asked]
 
     def judge() -> dict[str, Any]:
         return judge_probe(
@@ -274,6 +302,7 @@ def judge_with_rounds(
             noise_factor=spec.noise_factor,
             noise_bound=spec.noise_bound,
             repeats=repeats,
+            hit_paths=paths,
         )
 
     judged, rounds = judge(), 0
@@ -287,7 +316,13 @@ def judge_with_rounds(
                 if j["verdict"] == "mismatch" and (a := again(j["index"], rounds)) is not None:
                     repeats[j["index"]].append(a)
             judged = judge()
+        if hit_path is not None and judged["floor"] == 0:
+            for j in judged["questions"]:
+                if j["verdict"] == "mismatch" and j["cached_answers"] > 1 and (h := hit_path(j["index"], rounds)):
+                    paths[j["index"]].append(h)
+            judged = judge()
     judged["repeats"] = repeats
+    judged["hit_paths"] = paths
     return judged, rounds
 
 
