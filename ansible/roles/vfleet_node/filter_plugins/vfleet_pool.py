@@ -50,12 +50,11 @@ def pool_refusal(
     if rank < budget and rank < keep_one:
         return ""
     if rank >= budget:
+        # A batch holds at most max_out nodes (the play's serial), so only the nodes this run left out exhaust it.
         return (
             f"{len(left_out)} node(s) this run failed stay out of the pool ({', '.join(left_out)}), and taking "
             f"{host} out too would put more than vfleet_verify_max_out_of_pool ({int(max_out)}; --max-out-of-pool N) "
             "out at once"
-            if left_out
-            else f"this batch already takes vfleet_verify_max_out_of_pool ({int(max_out)}) node(s) out"
         )
     out = [] if servers is None else sorted(h for h in servers if not _up(servers, h) and h != host)
     return (
